@@ -1,0 +1,73 @@
+import { z } from 'zod'
+
+/**
+ * The configuration file's schema. Every object is strict: an unknown key is an error, so a typo
+ * never silently falls back to a default. Paths are resolved against the file's directory by
+ * `load-config.ts` after validation.
+ */
+
+const port = z.number().int().min(0).max(65535)
+const positiveInt = z.number().int().positive()
+
+export const ServerSchema = z
+  .strictObject({
+    host: z.string().min(1).default('0.0.0.0'),
+    port: port.default(3000),
+    /** Largest accepted request body in bytes. */
+    body_limit: positiveInt.default(1024 * 1024),
+    log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .prefault({})
+
+export const ModelSchema = z.strictObject({
+  /** Served model id: `/info` `model_id`, `/v1/models`, and the `model` value that selects the base model. */
+  id: z.string().min(1),
+  /** Directory with `config.json`, safetensors weights and `tokenizer.json`, relative to the config file. */
+  path: z.string().min(1),
+})
+
+export const LimitsSchema = z
+  .strictObject({
+    /** Longest prompt in tokens (after truncation); absent: max_total_tokens − 1. */
+    max_input_length: positiveInt.optional(),
+    /** Longest prompt + generation in tokens; absent: the model's context length. */
+    max_total_tokens: positiveInt.optional(),
+    /** Most sequences in one step. */
+    max_batch_size: positiveInt.default(32),
+    /** Most prompt tokens prefilled in one step. */
+    max_batch_prefill_tokens: positiveInt.default(4096),
+    /** Requests admitted at once (queued + running); beyond it: 429 `overloaded`. */
+    max_concurrent_requests: positiveInt.default(128),
+    max_stop_sequences: z.number().int().min(0).default(4),
+  })
+  .prefault({})
+
+export const AdaptersSchema = z
+  .strictObject({
+    /** `adapter_source` used when a request names an adapter without one. */
+    default_source: z.string().min(1).default('hub'),
+    /** Disk cache for fetched adapters, relative to the config file. */
+    cache_dir: z.string().min(1).default('.loom-cache/adapters'),
+    /** Seconds an authorization decision may be reused for an identical (source, id, token); 0: never. */
+    auth_ttl_s: z.number().min(0).default(0),
+    /** Adapters loaded at startup. */
+    preload: z.array(z.strictObject({ id: z.string().min(1), source: z.string().min(1).optional() })).default([]),
+  })
+  .prefault({})
+
+export const PluginEntrySchema = z.strictObject({
+  /** A workspace package, an installed npm package, or a path relative to the config file. */
+  use: z.string().min(1),
+  /** Options validated by the plugin's own schema. */
+  options: z.unknown().optional(),
+})
+
+export const ConfigSchema = z.strictObject({
+  server: ServerSchema,
+  model: ModelSchema,
+  limits: LimitsSchema,
+  adapters: AdaptersSchema,
+  plugins: z.array(PluginEntrySchema).min(1),
+})
+
+export type RawConfig = z.output<typeof ConfigSchema>

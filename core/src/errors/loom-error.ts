@@ -1,0 +1,56 @@
+import { ERRORS, type ErrorCode } from './registry.ts'
+
+/** Values substituted into a message template. Never put a secret here. */
+export type ErrorParams = Readonly<Record<string, string | number | boolean | null | undefined>>
+
+function render(template: string, params: ErrorParams): string {
+  return template.replace(/\{(\w+)\}/g, (whole, name: string) => {
+    const value = params[name]
+    return value === undefined ? whole : String(value)
+  })
+}
+
+/**
+ * The one error type Loom throws on purpose. Its `code` selects the HTTP status and the error
+ * types of each API family; `param` names the request field at fault (OpenAI's `error.param`).
+ */
+export class LoomError extends Error {
+  override readonly name = 'LoomError'
+  readonly code: ErrorCode
+  readonly params: ErrorParams
+  readonly param: string | null
+
+  constructor(code: ErrorCode, params: ErrorParams = {}, options: { param?: string; cause?: unknown } = {}) {
+    super(render(ERRORS[code].message, params), options.cause === undefined ? undefined : { cause: options.cause })
+    this.code = code
+    this.params = params
+    this.param = options.param ?? null
+  }
+
+  get status(): number {
+    return ERRORS[this.code].status
+  }
+}
+
+export function isLoomError(err: unknown): err is LoomError {
+  return err instanceof LoomError
+}
+
+/**
+ * Build the standard field error: "`parameters.top_p` must be > 0 and <= 1; received 1.5".
+ * `received` is rendered with JSON, cut to 80 characters so a huge value cannot flood a response.
+ */
+export function fieldError(field: string, expected: string, received: unknown): LoomError {
+  return new LoomError('validation_error', { field, expected, received: describeValue(received) }, { param: field })
+}
+
+export function describeValue(value: unknown): string {
+  if (value === undefined) return 'nothing'
+  let text: string
+  try {
+    text = JSON.stringify(value) ?? String(value)
+  } catch {
+    text = String(value)
+  }
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text
+}

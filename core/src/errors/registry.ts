@@ -1,0 +1,178 @@
+/**
+ * Every error Loom reports, by stable code. Routes map a `LoomError` to the error shape of their API
+ * family (`map-native.ts`, `map-openai.ts`); startup errors are printed by the CLI. Each code is
+ * documented in `docs/errors.md` (a test keeps the two in step).
+ *
+ * `nativeType` is the LoRAX-style `error_type`; `openaiType` is OpenAI's `error.type`.
+ * Message templates use `{name}` placeholders filled from the error's params. Params must never
+ * carry a secret.
+ */
+export interface ErrorSpec {
+  readonly status: number
+  readonly nativeType: string
+  readonly openaiType: OpenAiErrorType
+  readonly message: string
+}
+
+export type OpenAiErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'permission_error'
+  | 'not_found_error'
+  | 'rate_limit_error'
+  | 'server_error'
+
+const spec = (status: number, nativeType: string, openaiType: OpenAiErrorType, message: string): ErrorSpec => ({
+  status,
+  nativeType,
+  openaiType,
+  message,
+})
+
+export const ERRORS = {
+  // Request shape and HTTP framing
+  validation_error: spec(
+    422,
+    'validation',
+    'invalid_request_error',
+    'Input validation error: `{field}` {expected}; received {received}',
+  ),
+  invalid_json: spec(400, 'validation', 'invalid_request_error', 'Request body is not valid JSON: {detail}'),
+  unsupported_media_type: spec(
+    415,
+    'validation',
+    'invalid_request_error',
+    'Unsupported Content-Type {received}; send application/json',
+  ),
+  body_too_large: spec(
+    413,
+    'validation',
+    'invalid_request_error',
+    'Request body is larger than the limit of {limit} bytes',
+  ),
+  route_not_found: spec(404, 'not_found', 'not_found_error', 'No route {method} {url}'),
+  bad_request: spec(400, 'validation', 'invalid_request_error', 'Bad request: {detail}'),
+
+  // Capacity and lifecycle
+  overloaded: spec(429, 'overloaded', 'rate_limit_error', 'Model is overloaded: {detail}'),
+  backend_not_ready: spec(503, 'unhealthy', 'server_error', 'The model is still loading; retry shortly'),
+  server_closing: spec(503, 'unhealthy', 'server_error', 'The server is shutting down'),
+  generation_error: spec(500, 'generation', 'server_error', 'Request failed during generation: {detail}'),
+  internal_error: spec(500, 'internal', 'server_error', 'Internal error ({detail})'),
+
+  // Adapters
+  adapter_source_unknown: spec(
+    422,
+    'validation',
+    'invalid_request_error',
+    'Unknown adapter_source `{source}`; this server knows: {known}',
+  ),
+  adapter_id_invalid: spec(
+    422,
+    'validation',
+    'invalid_request_error',
+    'Invalid adapter id `{id}` for source `{source}`: {detail}',
+  ),
+  adapter_not_found: spec(404, 'not_found', 'not_found_error', 'Adapter `{id}` was not found in source `{source}`'),
+  adapter_source_unavailable: spec(
+    502,
+    'download_adapter',
+    'server_error',
+    'Adapter source `{source}` could not be reached for `{id}`: {detail}',
+  ),
+  adapter_download_failed: spec(
+    502,
+    'download_adapter',
+    'server_error',
+    'Downloading adapter `{id}` from `{source}` failed: {detail}',
+  ),
+  adapter_invalid: spec(
+    422,
+    'load_adapter',
+    'invalid_request_error',
+    'Adapter `{id}` cannot be used with this model: {detail}',
+  ),
+  adapter_load_failed: spec(500, 'load_adapter', 'server_error', 'Loading adapter `{id}` failed: {detail}'),
+  adapter_slots_full: spec(
+    503,
+    'load_adapter',
+    'server_error',
+    'All {slots} adapter slots are in use by running requests',
+  ),
+
+  // Authorization
+  auth_missing: spec(
+    401,
+    'unauthorized',
+    'authentication_error',
+    'Adapter `{id}` requires a token: send `api_token` or `Authorization: Bearer`',
+  ),
+  auth_invalid: spec(401, 'unauthorized', 'authentication_error', 'The token was refused for adapter `{id}`: {detail}'),
+  auth_forbidden: spec(403, 'forbidden', 'permission_error', 'The token may not read adapter `{id}`: {detail}'),
+  auth_unavailable: spec(
+    503,
+    'unauthorized',
+    'server_error',
+    'Authorization for adapter `{id}` could not be checked: {detail}',
+  ),
+
+  // Templates, tokenizer, structured output
+  template_error: spec(
+    422,
+    'template_error',
+    'invalid_request_error',
+    'Failed applying chat template to inputs: {detail}',
+  ),
+  template_missing: spec(
+    422,
+    'template_error',
+    'invalid_request_error',
+    'No chat template for `{model}`; use /v1/completions with a plain prompt',
+  ),
+  tokenizer_invalid: spec(500, 'internal', 'server_error', 'Tokenizer in {path} could not be loaded: {detail}'),
+  grammar_unsupported: spec(422, 'validation', 'invalid_request_error', 'response_format cannot be compiled: {detail}'),
+
+  // Startup: configuration, plugins, model
+  config_unreadable: spec(500, 'config', 'server_error', '{file}: cannot read the configuration file: {detail}'),
+  config_yaml_invalid: spec(500, 'config', 'server_error', '{file}: not valid YAML: {detail}'),
+  config_env_missing: spec(
+    500,
+    'config',
+    'server_error',
+    '{file}: `{path}` uses ${{name}}, but the environment variable {name} is not set',
+  ),
+  config_invalid: spec(500, 'config', 'server_error', '{file}: `{path}` {expected}; found {received}'),
+  plugin_not_found: spec(
+    500,
+    'config',
+    'server_error',
+    '{file}: `{path}` names plugin `{use}`, which cannot be found: {detail}',
+  ),
+  plugin_invalid: spec(500, 'config', 'server_error', '{file}: `{path}` plugin `{use}` is not a Loom plugin: {detail}'),
+  plugin_options_invalid: spec(
+    500,
+    'config',
+    'server_error',
+    '{file}: `{path}` (plugin {plugin}) {expected}; found {received}',
+  ),
+  plugin_register_failed: spec(500, 'config', 'server_error', 'Plugin {plugin} failed to register: {detail}'),
+  plugin_contract_mismatch: spec(500, 'config', 'server_error', 'Plugin {plugin} {detail}'),
+  source_name_conflict: spec(
+    500,
+    'config',
+    'server_error',
+    'Two plugins provide adapter_source `{source}`: {first} and {second}',
+  ),
+  contract_missing: spec(
+    500,
+    'config',
+    'server_error',
+    'No plugin provides {contract}; add one to `plugins:` (for example {example})',
+  ),
+  contract_conflict: spec(500, 'config', 'server_error', 'Both {first} and {second} provide {contract}; only one may'),
+  model_invalid: spec(500, 'model', 'server_error', 'Model in {path} cannot be served: {detail}'),
+  native_addon_missing: spec(500, 'native', 'server_error', 'The native runtime could not be loaded: {detail}'),
+  native_error: spec(500, 'native', 'server_error', 'Native runtime error: {detail}'),
+} as const satisfies Record<string, ErrorSpec>
+
+export type ErrorCode = keyof typeof ERRORS
