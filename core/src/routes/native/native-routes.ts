@@ -1,0 +1,115 @@
+import type {} from '@fastify/sse'
+import type { FastifyInstance, FastifyReply } from 'fastify'
+import type { GenerationResult, GenerationService, StartedGeneration, TextToken } from '../../generation/generation-service.ts'
+import type { RequestLimits } from '../../generation/generation-request.ts'
+import { LoomError, isLoomError } from '../../errors/index.ts'
+import { ERRORS } from '../../errors/registry.ts'
+import { abortOnDisconnect } from '../abort-on-disconnect.ts'
+import { bearerToken } from '../bearer-token.ts'
+import { parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
+
+export interface NativeRouteDeps {
+  readonly generation: GenerationService
+  readonly limits: RequestLimits
+  readonly defaultSource: string
+  readonly modelId: string
+}
+
+/** LoRAX's `token` object. */
+function tokenJson(token: TextToken) {
+  return { id: token.id, text: token.text, logprob: token.logprob, special: token.special, skipped: token.skipped }
+}
+
+function seedJson(seed: bigint | null): number | null {
+  return seed === null ? null : Number(seed)
+}
+
+function fullText(request: NativeGenerateRequest, result: GenerationResult): string {
+  return request.returnFullText ? request.generation.prompt + result.generatedText : result.generatedText
+}
+
+function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeGenerateRequest): void {
+  reply.header('x-model-id', deps.modelId)
+  const adapter = request.generation.adapter
+  if (adapter) {
+    reply.header('x-adapter-id', adapter.id)
+    reply.header('x-adapter-source', adapter.source)
+  }
+}
+
+/** `POST /generate` and `POST /generate_stream` in LoRAX's request and response shapes. */
+export function nativeRoutes(deps: NativeRouteDeps) {
+  return async function register(app: FastifyInstance): Promise<void> {
+    const parse = (body: unknown, stream: boolean, token: string | undefined) =>
+      parseGenerateBody(body, { stream, bearerToken: token, defaultSource: deps.defaultSource, limits: deps.limits })
+
+    app.post('/generate', async (request, reply) => {
+      const parsed = parse(request.body, false, bearerToken(request))
+      const abort = abortOnDisconnect(reply)
+      const started = await deps.generation.start(parsed.generation, abort.signal)
+      const result = await finished(started)
+      setHeaders(reply, deps, parsed)
+      reply.header('x-prompt-tokens', String(result.promptTokens))
+      reply.header('x-generated-tokens', String(result.generatedTokens))
+      reply.header('x-skipped-tokens', String(result.skippedTokens))
+      const body: Record<string, unknown> = { generated_text: fullText(parsed, result) }
+      if (parsed.details) {
+        body.details = {
+          finish_reason: result.finishReason,
+          prompt_tokens: result.promptTokens,
+          generated_tokens: result.generatedTokens,
+          skipped_tokens: result.skippedTokens,
+          seed: seedJson(result.seed),
+          prefill: parsed.decoderInputDetails ? result.prefill : [],
+          tokens: result.tokens.map(tokenJson),
+        }
+      }
+      return body
+    })
+
+    app.post('/generate_stream', { sse: 'manual' }, async (request, reply) => {
+      const parsed = parse(request.body, true, bearerToken(request))
+      const abort = abortOnDisconnect(reply)
+      // Everything that can fail with a status code fails here, before the first byte is sent.
+      const started = await deps.generation.start(parsed.generation, abort.signal)
+      setHeaders(reply, deps, parsed)
+      const sse = reply.sse
+      try {
+        let last: TextToken | null = null
+        for await (const event of started.events) {
+          if (!sse.isConnected) break
+          if (event.type === 'token') {
+            if (last) await sse.send({ data: { token: tokenJson(last), generated_text: null, details: null } })
+            last = event.token
+            continue
+          }
+          // The final event repeats the last token and carries the whole text (LoRAX's shape).
+          const result = event.result
+          const details = parsed.details
+            ? {
+                finish_reason: result.finishReason,
+                prompt_tokens: result.promptTokens,
+                generated_tokens: result.generatedTokens,
+                seed: seedJson(result.seed),
+              }
+            : null
+          const token = last ?? { id: -1, text: '', logprob: 0, special: true, skipped: false }
+          await sse.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
+        }
+      } catch (err) {
+        const loom = isLoomError(err) ? err : new LoomError('generation_error', { detail: 'internal error' })
+        request.log.error({ err }, 'stream failed after it started')
+        if (sse.isConnected) await sse.send({ data: { error: loom.message, error_type: ERRORS[loom.code].nativeType } })
+      } finally {
+        abort.abort()
+      }
+    })
+  }
+}
+
+async function finished(started: StartedGeneration): Promise<GenerationResult> {
+  for await (const event of started.events) {
+    if (event.type === 'end') return event.result
+  }
+  throw new LoomError('generation_error', { detail: 'generation ended without a result' })
+}

@@ -1,0 +1,151 @@
+import { fieldError } from '../../errors/index.ts'
+import type { GenerationRequest, RequestLimits } from '../../generation/generation-request.ts'
+import {
+  expectObject,
+  optionalBoolean,
+  optionalNumber,
+  optionalObject,
+  optionalSeed,
+  optionalString,
+  optionalStringList,
+  rejectUnknownKeys,
+  requiredString,
+  type Body,
+} from '../../validation/fields.ts'
+import { parseResponseFormat } from '../parse-response-format.ts'
+
+/** A validated `/generate` or `/generate_stream` body. */
+export interface NativeGenerateRequest {
+  readonly generation: GenerationRequest
+  readonly details: boolean
+  readonly decoderInputDetails: boolean
+  readonly returnFullText: boolean
+}
+
+const TOP_LEVEL = new Set(['inputs', 'parameters', 'stream'])
+const PARAMETERS = new Set([
+  'adapter_id',
+  'adapter_source',
+  'api_token',
+  'merged_adapters',
+  'best_of',
+  'temperature',
+  'repetition_penalty',
+  'frequency_penalty',
+  'presence_penalty',
+  'top_k',
+  'top_p',
+  'typical_p',
+  'do_sample',
+  'max_new_tokens',
+  'ignore_eos_token',
+  'return_full_text',
+  'stop',
+  'truncate',
+  'watermark',
+  'details',
+  'decoder_input_details',
+  'return_k_alternatives',
+  'seed',
+  'response_format',
+  'apply_chat_template',
+])
+
+/**
+ * Parse a LoRAX-shaped body. Semantics follow LoRAX (../shared/research/lorax.md §1): sampling is on
+ * when `do_sample` is set or any warper is active; otherwise decoding is greedy. `bearerToken` is the
+ * `Authorization: Bearer` value; `api_token` in the body wins when both are sent (it is the more
+ * specific of the two: it names the adapter's credential, the header may be a gateway's).
+ */
+export function parseGenerateBody(
+  raw: unknown,
+  options: { stream: boolean; bearerToken: string | undefined; defaultSource: string; limits: RequestLimits },
+): NativeGenerateRequest {
+  const body = expectObject(raw, 'body')
+  rejectUnknownKeys(body, TOP_LEVEL, '')
+  const inputs = requiredString(body, 'inputs', 'inputs')
+  if (inputs.length === 0) throw fieldError('inputs', 'cannot be empty', inputs)
+  const p: Body = optionalObject(body, 'parameters', 'parameters') ?? {}
+  rejectUnknownKeys(p, PARAMETERS, 'parameters')
+  const at = (key: string): string => `parameters.${key}`
+
+  if (p.merged_adapters !== undefined && p.merged_adapters !== null) {
+    throw fieldError(at('merged_adapters'), 'is not supported by this server yet', p.merged_adapters)
+  }
+  // Recognised LoRAX fields this server does not implement: accepted only at their neutral values,
+  // so a client relying on them gets a clear 422 instead of silently different behaviour.
+  optionalNumber(p, 'best_of', at('best_of'), { integer: true, min: 1, max: 1 })
+  optionalNumber(p, 'return_k_alternatives', at('return_k_alternatives'), { integer: true, min: 0, max: 0 })
+  if (optionalBoolean(p, 'watermark', at('watermark')) === true) {
+    throw fieldError(at('watermark'), 'is not supported (must be false or absent)', true)
+  }
+
+  const temperature = optionalNumber(p, 'temperature', at('temperature'), { min: 0, max: 100 })
+  const topK = optionalNumber(p, 'top_k', at('top_k'), { integer: true, above: 0 })
+  const topP = optionalNumber(p, 'top_p', at('top_p'), { above: 0, max: 1 })
+  const typicalP = optionalNumber(p, 'typical_p', at('typical_p'), { above: 0, max: 1 })
+  const doSample = optionalBoolean(p, 'do_sample', at('do_sample')) ?? false
+  const repetitionPenalty = optionalNumber(p, 'repetition_penalty', at('repetition_penalty'), { above: 0 }) ?? 1
+  const frequencyPenalty = optionalNumber(p, 'frequency_penalty', at('frequency_penalty'), { min: -2, max: 2 }) ?? 0
+  const presencePenalty = optionalNumber(p, 'presence_penalty', at('presence_penalty'), { min: -2, max: 2 }) ?? 0
+
+  const warped =
+    (temperature !== undefined && temperature !== 1 && temperature !== 0) ||
+    topK !== undefined ||
+    (topP !== undefined && topP < 1) ||
+    (typicalP !== undefined && typicalP < 1)
+  const sampling = temperature !== 0 && (doSample || warped)
+
+  const maxNewTokens = optionalNumber(p, 'max_new_tokens', at('max_new_tokens'), {
+    integer: true,
+    above: 0,
+    max: options.limits.maxTotalTokens,
+  })
+  const stop =
+    optionalStringList(p, 'stop', at('stop'), { allowSingle: true, maxItems: options.limits.maxStopSequences }) ?? []
+  if (stop.some((s) => s.length === 0)) throw fieldError(at('stop'), 'must not contain empty strings', stop)
+  const truncate = optionalNumber(p, 'truncate', at('truncate'), {
+    integer: true,
+    min: 1,
+    max: options.limits.maxInputLength,
+  })
+  const decoderInputDetails = optionalBoolean(p, 'decoder_input_details', at('decoder_input_details')) ?? false
+  if (decoderInputDetails && options.stream) {
+    throw fieldError(at('decoder_input_details'), 'is not supported when streaming tokens', true)
+  }
+
+  const adapterId = optionalString(p, 'adapter_id', at('adapter_id'))
+  const adapterSource = optionalString(p, 'adapter_source', at('adapter_source'), { nonEmpty: true })
+  const apiToken = optionalString(p, 'api_token', at('api_token')) || options.bearerToken || undefined
+  const adapter =
+    adapterId === undefined || adapterId === '' ? null : { source: adapterSource ?? options.defaultSource, id: adapterId }
+
+  return {
+    generation: {
+      prompt: inputs,
+      addSpecialTokens: true,
+      adapter,
+      apiToken,
+      sampling: {
+        temperature: sampling ? (temperature ?? 1) : 0,
+        topK: sampling ? (topK ?? 0) : 0,
+        topP: sampling ? (topP ?? 1) : 1,
+        typicalP: sampling ? (typicalP ?? 1) : 1,
+        repetitionPenalty,
+        frequencyPenalty,
+        presencePenalty,
+        seed: optionalSeed(p, 'seed', at('seed')),
+      },
+      maxNewTokens: maxNewTokens ?? null,
+      stop,
+      truncate: truncate ?? null,
+      ignoreEos: optionalBoolean(p, 'ignore_eos_token', at('ignore_eos_token')) ?? false,
+      topLogprobs: 0,
+      prefillLogprobs: decoderInputDetails,
+      responseFormat: parseResponseFormat(p.response_format, at('response_format')),
+    },
+    details: optionalBoolean(p, 'details', at('details')) ?? false,
+    decoderInputDetails,
+    returnFullText: optionalBoolean(p, 'return_full_text', at('return_full_text')) ?? false,
+  }
+}

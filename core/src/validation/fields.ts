@@ -1,0 +1,117 @@
+import { fieldError } from '../errors/index.ts'
+
+/**
+ * Small, explicit readers for request bodies. Each names the full field path in its error
+ * ("`parameters.top_p` must be > 0 and <= 1; received 1.5") so a client knows exactly what to fix.
+ * Absent and `null` are treated alike: the reader returns `undefined` and the caller picks the default.
+ */
+
+export type Body = Readonly<Record<string, unknown>>
+
+export function isPlainObject(value: unknown): value is Body {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+/** The object at `path`, or a 422 naming it. */
+export function expectObject(value: unknown, path: string): Body {
+  if (!isPlainObject(value)) throw fieldError(path, 'must be a JSON object', value)
+  return value
+}
+
+export function optionalObject(body: Body, key: string, path: string): Body | undefined {
+  const value = body[key]
+  if (value === undefined || value === null) return undefined
+  return expectObject(value, path)
+}
+
+export interface NumberRule {
+  readonly integer?: boolean
+  /** Inclusive lower bound. */
+  readonly min?: number
+  /** Exclusive lower bound. */
+  readonly above?: number
+  /** Inclusive upper bound. */
+  readonly max?: number
+  /** Exclusive upper bound. */
+  readonly below?: number
+}
+
+function describeRule(rule: NumberRule): string {
+  const parts: string[] = []
+  if (rule.min !== undefined) parts.push(`>= ${rule.min}`)
+  if (rule.above !== undefined) parts.push(`> ${rule.above}`)
+  if (rule.max !== undefined) parts.push(`<= ${rule.max}`)
+  if (rule.below !== undefined) parts.push(`< ${rule.below}`)
+  const kind = rule.integer ? 'an integer' : 'a number'
+  return parts.length === 0 ? `must be ${kind}` : `must be ${kind} ${parts.join(' and ')}`
+}
+
+export function optionalNumber(body: Body, key: string, path: string, rule: NumberRule = {}): number | undefined {
+  const value = body[key]
+  if (value === undefined || value === null) return undefined
+  const ok =
+    typeof value === 'number' &&
+    Number.isFinite(value) &&
+    (!rule.integer || Number.isInteger(value)) &&
+    (rule.min === undefined || value >= rule.min) &&
+    (rule.above === undefined || value > rule.above) &&
+    (rule.max === undefined || value <= rule.max) &&
+    (rule.below === undefined || value < rule.below)
+  if (!ok) throw fieldError(path, describeRule(rule), value)
+  return value as number
+}
+
+export function optionalBoolean(body: Body, key: string, path: string): boolean | undefined {
+  const value = body[key]
+  if (value === undefined || value === null) return undefined
+  if (typeof value !== 'boolean') throw fieldError(path, 'must be true or false', value)
+  return value
+}
+
+export function optionalString(body: Body, key: string, path: string, options: { nonEmpty?: boolean } = {}): string | undefined {
+  const value = body[key]
+  if (value === undefined || value === null) return undefined
+  if (typeof value !== 'string') throw fieldError(path, 'must be a string', value)
+  if (options.nonEmpty && value.length === 0) throw fieldError(path, 'must not be empty', value)
+  return value
+}
+
+export function requiredString(body: Body, key: string, path: string, options: { nonEmpty?: boolean } = {}): string {
+  const value = optionalString(body, key, path, options)
+  if (value === undefined) throw fieldError(path, 'is required (a string)', body[key])
+  return value
+}
+
+/** A list of strings; a bare string is accepted as a one-element list when `allowSingle` is set. */
+export function optionalStringList(
+  body: Body,
+  key: string,
+  path: string,
+  options: { allowSingle?: boolean; maxItems?: number } = {},
+): string[] | undefined {
+  const value = body[key]
+  if (value === undefined || value === null) return undefined
+  const list = typeof value === 'string' && options.allowSingle ? [value] : value
+  const expected = options.allowSingle ? 'must be a string or an array of strings' : 'must be an array of strings'
+  if (!Array.isArray(list) || list.some((item) => typeof item !== 'string')) throw fieldError(path, expected, value)
+  if (options.maxItems !== undefined && list.length > options.maxItems) {
+    throw fieldError(path, `must have at most ${options.maxItems} entries`, value)
+  }
+  return list as string[]
+}
+
+/** A 64-bit unsigned seed: a non-negative integer (JSON numbers above 2^53 lose precision, so we cap there). */
+export function optionalSeed(body: Body, key: string, path: string): bigint | undefined {
+  const value = optionalNumber(body, key, path, { integer: true, min: 0, max: Number.MAX_SAFE_INTEGER })
+  return value === undefined ? undefined : BigInt(value)
+}
+
+/** Refuse keys a route does not know, so a typo (`max_new_token`) is not silently ignored. */
+export function rejectUnknownKeys(body: Body, known: ReadonlySet<string>, path: string): void {
+  for (const key of Object.keys(body)) {
+    if (!known.has(key)) {
+      const field = path === '' ? key : `${path}.${key}`
+      throw fieldError(field, 'is not a known field', body[key])
+    }
+  }
+}
