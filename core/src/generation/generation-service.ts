@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import type { AdapterHandle } from '../contracts/adapter.ts'
-import type { Backend, BackendRequest, GeneratedToken } from '../contracts/backend.ts'
+import type { Backend, BackendRequest, GeneratedToken, GenerationEvent as BackendEvent } from '../contracts/backend.ts'
 import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Tokenizer } from '../contracts/tokenizer.ts'
 import type { AdapterManager } from '../adapters/adapter-manager.ts'
@@ -103,7 +103,11 @@ export class GenerationService {
       )
     }
     if (maxNewTokens < 1) {
-      throw fieldError('inputs', `leave room for at least one new token (limit ${limits.maxTotalTokens})`, inputIds.length)
+      throw fieldError(
+        'inputs',
+        `leave room for at least one new token (limit ${limits.maxTotalTokens})`,
+        inputIds.length,
+      )
     }
 
     const constraint =
@@ -141,7 +145,7 @@ export class GenerationService {
   }
 
   async *#textEvents(
-    stream: AsyncIterable<import('../contracts/backend.ts').GenerationEvent>,
+    stream: AsyncIterable<BackendEvent>,
     request: GenerationRequest,
     inputIds: readonly number[],
     seed: bigint | null,
@@ -183,7 +187,8 @@ export class GenerationService {
         }
         if (finish) break
       } else {
-        if (event.reason === 'cancelled') throw new LoomError('generation_error', { detail: 'the request was cancelled' })
+        if (event.reason === 'cancelled')
+          throw new LoomError('generation_error', { detail: 'the request was cancelled' })
         finish = event.reason
         const rest = decoder.flush()
         if (rest.length > 0) {
