@@ -1,0 +1,95 @@
+import t from 'tap'
+import { parseGenerateBody } from '../../src/routes/native/parse-generate-body.ts'
+
+const limits = { maxInputLength: 100, maxTotalTokens: 128, maxStopSequences: 2, maxTopLogprobs: 5 }
+const parse = (body: unknown, stream = false, bearerToken?: string) =>
+  parseGenerateBody(body, { stream, bearerToken, defaultSource: 'hub', limits })
+
+t.test('defaults: greedy, no adapter, details off', async (t) => {
+  const r = parse({ inputs: 'hi' })
+  t.equal(r.generation.sampling.temperature, 0)
+  t.equal(r.generation.adapter, null)
+  t.equal(r.generation.maxNewTokens, null)
+  t.equal(r.details, false)
+})
+
+t.test('sampling turns on with do_sample or any warper; temperature 0 is greedy', async (t) => {
+  t.equal(parse({ inputs: 'x', parameters: { do_sample: true } }).generation.sampling.temperature, 1)
+  t.equal(parse({ inputs: 'x', parameters: { top_p: 0.9 } }).generation.sampling.topP, 0.9)
+  t.equal(parse({ inputs: 'x', parameters: { temperature: 0.7 } }).generation.sampling.temperature, 0.7)
+  t.equal(parse({ inputs: 'x', parameters: { temperature: 0, do_sample: true } }).generation.sampling.temperature, 0)
+})
+
+t.test('adapter fields: default source, empty id is base, api_token wins over Bearer', async (t) => {
+  const a = parse({ inputs: 'x', parameters: { adapter_id: 'me/a' } }, false, 'bearer-tok')
+  t.same(a.generation.adapter, { source: 'hub', id: 'me/a' })
+  t.equal(a.generation.apiToken, 'bearer-tok')
+  const b = parse({ inputs: 'x', parameters: { adapter_id: 'me/a', api_token: 'body-tok' } }, false, 'bearer-tok')
+  t.equal(b.generation.apiToken, 'body-tok')
+  t.equal(parse({ inputs: 'x', parameters: { adapter_id: '' } }).generation.adapter, null)
+})
+
+t.test('errors name the field, the rule and the value received', async (t) => {
+  const cases: [unknown, string][] = [
+    [{}, 'Input validation error: `inputs` is required (a string); received nothing'],
+    [{ inputs: '' }, 'Input validation error: `inputs` cannot be empty; received ""'],
+    [
+      { inputs: 'x', parameters: { top_p: 1.5 } },
+      'Input validation error: `parameters.top_p` must be a number > 0 and <= 1; received 1.5',
+    ],
+    [
+      { inputs: 'x', parameters: { max_new_tokens: 0 } },
+      'Input validation error: `parameters.max_new_tokens` must be an integer > 0 and <= 128; received 0',
+    ],
+    [
+      { inputs: 'x', parameters: { temperature: 'hot' } },
+      'Input validation error: `parameters.temperature` must be a number >= 0 and <= 100; received "hot"',
+    ],
+    [
+      { inputs: 'x', parameters: { stop: ['a', 'b', 'c'] } },
+      'Input validation error: `parameters.stop` must have at most 2 entries; received ["a","b","c"]',
+    ],
+    [
+      { inputs: 'x', parameters: { max_new_token: 5 } },
+      'Input validation error: `parameters.max_new_token` is not a known field; received 5',
+    ],
+    [
+      { inputs: 'x', parameters: { truncate: 1000 } },
+      'Input validation error: `parameters.truncate` must be an integer >= 1 and <= 100; received 1000',
+    ],
+    [
+      { inputs: 'x', parameters: { repetition_penalty: 0 } },
+      'Input validation error: `parameters.repetition_penalty` must be a number > 0; received 0',
+    ],
+    [
+      { inputs: 'x', parameters: { seed: -1 } },
+      'Input validation error: `parameters.seed` must be an integer >= 0 and <= 9007199254740991; received -1',
+    ],
+  ]
+  for (const [body, message] of cases) {
+    t.throws(() => parse(body), { code: 'validation_error', message }, message)
+  }
+  t.throws(() => parse({ inputs: 'x', parameters: { decoder_input_details: true } }, true), {
+    message: /`parameters.decoder_input_details` is not supported when streaming/,
+    param: 'parameters.decoder_input_details',
+  })
+})
+
+t.test('response_format: json_object, json_schema (OpenAI and LoRAX forms), bad type', async (t) => {
+  t.same(parse({ inputs: 'x', parameters: { response_format: { type: 'json_object' } } }).generation.responseFormat, {
+    type: 'json_object',
+  })
+  const schema = { type: 'object', properties: { a: { type: 'string' } } }
+  t.same(
+    parse({ inputs: 'x', parameters: { response_format: { type: 'json_schema', schema } } }).generation.responseFormat,
+    {
+      type: 'json_schema',
+      name: 'schema',
+      schema,
+      strict: true,
+    },
+  )
+  t.throws(() => parse({ inputs: 'x', parameters: { response_format: { type: 'xml' } } }), {
+    message: /`parameters.response_format.type` must be one of "text", "json_object", "json_schema"; received "xml"/,
+  })
+})
