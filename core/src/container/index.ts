@@ -1,0 +1,2 @@
+export * from './server-container.ts'
+export * from './tokens.ts'

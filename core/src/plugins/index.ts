@@ -1,0 +1,5 @@
+export * from './plugin-set.ts'
+export * from './load-plugins.ts'
+export * from './release-plugins.ts'
+export * from './resolve-plugin.ts'
+export * from './contract-tokens.ts'
