@@ -1,0 +1,40 @@
+import type { FastifyInstance } from 'fastify'
+import { LoomError } from '../errors/loom-error.ts'
+import type { Metrics } from '../metrics/create-metrics.ts'
+import { pathOf } from './api-family.ts'
+import { errorFamily } from './error-family.ts'
+import { reportError } from './report-error.ts'
+
+/**
+ * Install the error and not-found handlers on the root instance. Set before any route plugin is
+ * registered, they are inherited by every plugin registered later (unless a plugin sets its own).
+ */
+export function installErrorHandlers(app: FastifyInstance, metrics: Metrics, bodyLimit: number): void {
+  app.setErrorHandler((err, request, reply) => {
+    const loomError = reportError(request, err, metrics, bodyLimit)
+    const family = errorFamily(request.url)
+    if (reply.raw.headersSent) {
+      // A stream had started: the status line is gone. Routes should end streams with
+      // `sendStreamError`; this is the fallback for one that threw instead.
+      if (!reply.raw.writableEnded) {
+        if (String(reply.raw.getHeader('content-type') ?? '').startsWith('text/event-stream')) {
+          reply.raw.write(`data: ${JSON.stringify(family.payload(loomError))}\n\n`)
+        }
+        reply.raw.end()
+      }
+      return
+    }
+    void reply.code(loomError.status).type('application/json; charset=utf-8').send(family.payload(loomError))
+  })
+
+  app.setNotFoundHandler((request, reply) => {
+    // The path only: a query string may carry a token, and the message is logged.
+    const url = pathOf(request.url)
+    const err = new LoomError('route_not_found', {
+      method: request.method,
+      url: url.length > 200 ? `${url.slice(0, 197)}...` : url,
+    })
+    request.log.info({ code: err.code, status: err.status }, err.message)
+    void reply.code(err.status).type('application/json; charset=utf-8').send(errorFamily(request.url).payload(err))
+  })
+}
