@@ -1,0 +1,31 @@
+import type { Logger } from '../contracts/logger.ts'
+import type { StepRunner } from '../contracts/step-runner.ts'
+import type { ReadAdapter } from './adapter-registry.ts'
+
+/** Capacity limits of a `BatchingEngine` (the config's `limits:` section, camel-cased). */
+export interface BatchingEngineLimits {
+  /** Most sequences in one step. */
+  readonly maxBatchSize: number
+  /** Most prompt tokens prefilled in one step; longer prompts are prefilled in chunks. */
+  readonly maxBatchPrefillTokens: number
+  /** Requests accepted at once (queued + running); `submit` throws `overloaded` beyond it. */
+  readonly maxConcurrentRequests: number
+  /** Longest prompt + generation; capped by the model's context length. Absent: the model's. */
+  readonly maxTotalTokens?: number
+}
+
+export interface BatchingEngineOptions {
+  readonly runner: StepRunner
+  readonly limits: BatchingEngineLimits
+  /** Parses an adapter's files into weights for `runner.loadAdapter`. */
+  readonly readAdapter: ReadAdapter
+  readonly logger: Logger
+  /** Backend name for `/info`, e.g. `cuda-native:cpu`. */
+  readonly name: string
+  /** Device shown in capabilities; absent: the runner's `ModelSpec.device`. */
+  readonly device?: string
+  /** LoRA target modules the runner supports; absent: all of `LORA_MODULES` (none without slots). */
+  readonly loraTargetModules?: readonly string[]
+  /** Clock in milliseconds, for `queueMs` (tests may inject one). Default `performance.now`. */
+  readonly now?: () => number
+}

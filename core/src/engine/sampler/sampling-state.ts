@@ -1,0 +1,30 @@
+import type { SamplingParams } from '../../contracts/sampling.ts'
+import type { PenaltyHistory } from './penalties.ts'
+import { Xoshiro128StarStar } from './rng.ts'
+
+/**
+ * Everything the sampler remembers about one request: its own random stream and the token
+ * statistics the penalties read. It survives preemption, so a recomputed sequence continues the
+ * same stream.
+ */
+export class SamplingState implements PenaltyHistory {
+  readonly sampling: SamplingParams
+  readonly rng: Xoshiro128StarStar
+  readonly seen = new Set<number>()
+  readonly outputCounts = new Map<number, number>()
+
+  constructor(sampling: SamplingParams, promptIds: readonly number[]) {
+    this.sampling = sampling
+    this.rng = new Xoshiro128StarStar(sampling.seed)
+    // Only the repetition penalty looks at the prompt; skip the set for the common case.
+    if (sampling.repetitionPenalty !== 1) for (const id of promptIds) this.seen.add(id)
+  }
+
+  /** Record a generated token. */
+  record(id: number): void {
+    if (this.sampling.repetitionPenalty !== 1) this.seen.add(id)
+    if (this.sampling.frequencyPenalty !== 0 || this.sampling.presencePenalty !== 0) {
+      this.outputCounts.set(id, (this.outputCounts.get(id) ?? 0) + 1)
+    }
+  }
+}

@@ -1,0 +1,188 @@
+import { AdapterQueues } from './adapter-queues.ts'
+import type { KvBlockAllocator } from './kv-block-allocator.ts'
+import { buildRow, type PlannedRow } from './row-builder.ts'
+import type { Sequence } from './sequence.ts'
+
+export interface SchedulerLimits {
+  /** Most rows (sequences) in one step, and so most running sequences. */
+  readonly maxBatchSize: number
+  /** Most prefill tokens in one step, summed over rows; longer prompts are prefilled in chunks. */
+  readonly maxBatchPrefillTokens: number
+}
+
+/** What the next step should run, and the sequences that can never run. */
+export interface StepPlan {
+  readonly rows: PlannedRow[]
+  /** Sequences removed because they need more KV blocks than the whole cache holds. */
+  readonly unschedulable: Sequence[]
+}
+
+/**
+ * Continuous-batching scheduler: decides, between steps, which sequences feed which tokens.
+ *
+ * Each plan, in order:
+ * 1. every running sequence that is decoding gets a one-token row, oldest admission first; when its
+ *    next token needs a block and none is free, the most recently admitted running sequence is
+ *    **preempted**: its blocks are freed and it goes back to the front of the waiting line to be
+ *    recomputed from scratch later (prompt + tokens generated so far, in one prefill; its sampler
+ *    state is kept, so the output is unchanged). A sequence preempts itself when it is the newest.
+ * 2. running sequences still prefilling a long prompt get their next chunk, within the prefill-token
+ *    budget and the free blocks;
+ * 3. waiting sequences are admitted — preempted ones first, then the per-adapter queues
+ *    round-robin — while there is a free row (`maxBatchSize`), prefill budget left, and enough free
+ *    blocks for the sequence's whole known length. A prompt larger than the budget is admitted
+ *    with a first chunk; the first waiting sequence that does not fit stops admission (no
+ *    overtaking, so a long prompt is not starved by short ones).
+ */
+export class Scheduler {
+  private readonly allocator: KvBlockAllocator
+  private readonly limits: SchedulerLimits
+  /** Admitted sequences, oldest admission first. */
+  private readonly running: Sequence[] = []
+  /** Preempted sequences awaiting recompute, oldest admission first. */
+  private readonly resumeQueue: Sequence[] = []
+  private readonly queues = new AdapterQueues<Sequence>()
+  private admissions = 0
+
+  constructor(allocator: KvBlockAllocator, limits: SchedulerLimits) {
+    this.allocator = allocator
+    this.limits = limits
+  }
+
+  get runningCount(): number {
+    return this.running.length
+  }
+
+  get queuedCount(): number {
+    return this.queues.size + this.resumeQueue.length
+  }
+
+  enqueue(seq: Sequence): void {
+    seq.state = 'queued'
+    this.queues.push(seq.queueKey, seq)
+  }
+
+  /** Take a sequence out wherever it is and free its blocks now. Idempotent. */
+  remove(seq: Sequence): void {
+    if (seq.state === 'running') {
+      const at = this.running.indexOf(seq)
+      if (at >= 0) this.running.splice(at, 1)
+    } else if (seq.state === 'queued') {
+      const at = this.resumeQueue.indexOf(seq)
+      if (at >= 0) this.resumeQueue.splice(at, 1)
+      else this.queues.remove(seq.queueKey, seq)
+    }
+    this.freeBlocks(seq)
+    seq.state = 'finished'
+  }
+
+  /** Every sequence not finished, queued or running (for destroy). */
+  all(): Sequence[] {
+    return [...this.running, ...this.resumeQueue, ...this.queues.items()]
+  }
+
+  plan(): StepPlan {
+    const unschedulable: Sequence[] = []
+    for (;;) {
+      const rows = this.tryPlan(unschedulable)
+      if (rows.length > 0 || this.running.length === 0) return { rows, unschedulable }
+      // Every running sequence is mid-prefill and none fits: make room by preempting the newest,
+      // or give up on the last one, which alone needs more blocks than exist.
+      const newest = this.running[this.running.length - 1]!
+      if (this.running.length === 1) {
+        this.remove(newest)
+        unschedulable.push(newest)
+      } else {
+        this.preempt(newest)
+      }
+    }
+  }
+
+  private tryPlan(unschedulable: Sequence[]): PlannedRow[] {
+    const rows: PlannedRow[] = []
+    const { allocator } = this
+    let budget = this.limits.maxBatchPrefillTokens
+
+    // 1. Decode rows. Iterate over a copy: preemption shrinks `running`.
+    for (const seq of [...this.running]) {
+      if (seq.state !== 'running' || !seq.decoding) continue
+      if (this.grow(seq, seq.cacheLen + 1)) rows.push(buildRow(seq, 1))
+    }
+
+    // 2. Chunks of prompts already being prefilled.
+    for (const seq of this.running) {
+      if (budget === 0) break
+      if (seq.decoding) continue
+      const room = (seq.blocks.length + allocator.free) * allocator.blockSize - seq.cacheLen
+      const chunk = Math.min(seq.pending, budget, room)
+      if (chunk <= 0) continue
+      this.reserve(seq, seq.cacheLen + chunk)
+      rows.push(buildRow(seq, chunk))
+      budget -= chunk
+    }
+
+    // 3. Admissions.
+    while (this.running.length < this.limits.maxBatchSize && budget > 0) {
+      const fromResume = this.resumeQueue.length > 0
+      const seq = fromResume ? this.resumeQueue[0]! : this.queues.peek()
+      if (seq === undefined) break
+      const needed = allocator.blocksFor(seq.tokens.length)
+      if (needed > allocator.blockCount) {
+        this.remove(seq)
+        unschedulable.push(seq)
+        continue
+      }
+      if (needed > allocator.free) break
+      if (fromResume) this.resumeQueue.shift()
+      else this.queues.shift()
+      seq.state = 'running'
+      seq.admittedOrder = ++this.admissions
+      this.running.push(seq)
+      const chunk = Math.min(seq.pending, budget)
+      this.reserve(seq, seq.cacheLen + chunk)
+      rows.push(buildRow(seq, chunk))
+      budget -= chunk
+    }
+    return rows
+  }
+
+  /** Make `seq`'s blocks cover `entries` cache entries, preempting newer sequences if needed. */
+  private grow(seq: Sequence, entries: number): boolean {
+    const needed = this.allocator.blocksFor(entries) - seq.blocks.length
+    while (needed > this.allocator.free) {
+      const newest = this.running[this.running.length - 1]!
+      this.preempt(newest)
+      if (newest === seq) return false
+    }
+    this.reserve(seq, entries)
+    return true
+  }
+
+  /** Allocate the blocks `seq` lacks for `entries` cache entries; the caller checked they are free. */
+  private reserve(seq: Sequence, entries: number): void {
+    const needed = this.allocator.blocksFor(entries) - seq.blocks.length
+    if (needed <= 0) return
+    const blocks = this.allocator.allocate(needed)
+    if (blocks === null) throw new Error(`scheduler bug: ${needed} blocks reserved, ${this.allocator.free} free`)
+    seq.blocks.push(...blocks)
+  }
+
+  private preempt(seq: Sequence): void {
+    const at = this.running.indexOf(seq)
+    if (at >= 0) this.running.splice(at, 1)
+    this.freeBlocks(seq)
+    seq.cacheLen = 0
+    seq.state = 'queued'
+    seq.preemptions++
+    // Prompt logprobs gathered so far are recomputed with the prompt.
+    if (!seq.prefillDone && seq.prefillTokens !== null) seq.prefillTokens.length = 1
+    let i = this.resumeQueue.length
+    while (i > 0 && this.resumeQueue[i - 1]!.admittedOrder > seq.admittedOrder) i--
+    this.resumeQueue.splice(i, 0, seq)
+  }
+
+  private freeBlocks(seq: Sequence): void {
+    if (seq.blocks.length > 0) this.allocator.release(seq.blocks)
+    seq.blocks = []
+  }
+}

@@ -1,0 +1,77 @@
+import type { BackendRequest, GenerationEvent } from '../contracts/backend.ts'
+import type { TokenLogprob } from '../contracts/sampling.ts'
+import type { EventChannel } from './event-channel.ts'
+import type { SamplingState } from './sampler/sampling-state.ts'
+
+export type SequenceState = 'queued' | 'running' | 'finished'
+
+/** A prompt token's logprob as the `prefill` event reports it (the first token has none). */
+export type PrefillToken = TokenLogprob | { id: number; logprob: null }
+
+/**
+ * One request inside the engine. Its KV cache holds `tokens[0, cacheLen)`; the tokens still to be
+ * fed are `tokens[cacheLen, tokens.length)` — the prompt (or a chunk of it) at first, then the one
+ * token sampled last step. Preemption drops the cache (`cacheLen = 0`, no blocks), so the next
+ * admission recomputes prompt + generated tokens in one prefill.
+ */
+export class Sequence {
+  readonly seqId: number
+  readonly request: BackendRequest
+  /** Round-robin queue key: the adapter key, or `base`. */
+  readonly queueKey: string
+  readonly loraSlot: number
+  readonly promptLength: number
+  /** Prompt followed by the generated tokens. */
+  readonly tokens: number[]
+  readonly sampling: SamplingState
+  readonly channel: EventChannel<GenerationEvent>
+  readonly submittedAt: number
+
+  state: SequenceState = 'queued'
+  generated = 0
+  cacheLen = 0
+  blocks: number[] = []
+  /** When the sequence first joined a step (for `queueMs`). */
+  firstScheduledAt: number | null = null
+  /** Increases with every admission; the running sequence with the largest is preempted first. */
+  admittedOrder = 0
+  /** True once the prompt has been fully processed and the first token sampled. */
+  prefillDone = false
+  /** Prompt logprobs gathered chunk by chunk, when the request asked for them (first token: null). */
+  prefillTokens: PrefillToken[] | null
+  /** How many times the sequence lost its KV cache to preemption. */
+  preemptions = 0
+  /** Removes the abort listener from the request's signal. */
+  detachSignal: (() => void) | null = null
+
+  constructor(init: {
+    seqId: number
+    request: BackendRequest
+    queueKey: string
+    loraSlot: number
+    sampling: SamplingState
+    channel: EventChannel<GenerationEvent>
+    submittedAt: number
+  }) {
+    this.seqId = init.seqId
+    this.request = init.request
+    this.queueKey = init.queueKey
+    this.loraSlot = init.loraSlot
+    this.sampling = init.sampling
+    this.channel = init.channel
+    this.submittedAt = init.submittedAt
+    this.tokens = [...init.request.inputIds]
+    this.promptLength = this.tokens.length
+    this.prefillTokens = init.request.prefillLogprobs ? [{ id: this.tokens[0]!, logprob: null }] : null
+  }
+
+  /** Tokens not yet in the KV cache. */
+  get pending(): number {
+    return this.tokens.length - this.cacheLen
+  }
+
+  /** Whether the next row is a single decode token (the cache holds everything before it). */
+  get decoding(): boolean {
+    return this.cacheLen > 0 && this.tokens.length - this.cacheLen === 1
+  }
+}
