@@ -3,9 +3,12 @@
  * real third-party plugin, which resolves through the workspace's node_modules because tap puts
  * test directories under the repository's `.tap/fixtures`. Each logs its lifecycle as `event`s.
  */
-import type { Test } from 'tap'
+/** A directory tree for `t.testdir`: file name → contents, or a nested tree. */
+export interface FixtureTree {
+  readonly [name: string]: string | FixtureTree
+}
 
-export const FIXTURE_PLUGINS: NonNullable<Parameters<Test['testdir']>[0]> = {
+export const FIXTURE_PLUGINS: FixtureTree = {
   'runtime.ts': `
 import { definePlugin, StepRunner, z } from '@loom/core'
 export default definePlugin({
@@ -14,6 +17,7 @@ export default definePlugin({
   options: z.strictObject({}).prefault({}),
   register(ctx) {
     ctx.provide(StepRunner, { fixture: 'runner' })
+    ctx.logger.debug({ facts: ctx.server }, 'registered')
     ctx.onClose(() => ctx.logger.info({ event: 'close-hook:runtime' }))
   },
 })
