@@ -1,0 +1,115 @@
+import type { BackendRequest, GenerationEvent, GeneratedToken } from '../../src/contracts/backend.ts'
+import type { Logger } from '../../src/contracts/logger.ts'
+import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import type { LocalAdapter } from '../../src/contracts/adapter.ts'
+import type { LoraWeights } from '../../src/contracts/step-runner.ts'
+import { BatchingEngine } from '../../src/engine/batching-engine.ts'
+import type { BatchingEngineLimits } from '../../src/engine/engine-options.ts'
+import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
+import { FakeStepRunner, type FakeStepRunnerOptions } from './fake-step-runner.ts'
+
+/** A logger that drops everything (tests assert on behaviour, not log lines). */
+export const silentLogger: Logger = {
+  debug: () => {},
+  info: () => {},
+  warn: () => {},
+  error: () => {},
+  child: () => silentLogger,
+}
+
+export const GREEDY: SamplingParams = {
+  temperature: 0,
+  topK: 0,
+  topP: 1,
+  typicalP: 1,
+  repetitionPenalty: 1,
+  frequencyPenalty: 0,
+  presencePenalty: 0,
+  seed: 0n,
+}
+
+let nextId = 0
+
+export function makeRequest(overrides: Partial<BackendRequest> = {}): BackendRequest {
+  return {
+    id: `req-${++nextId}`,
+    inputIds: [1, 2, 3, 4],
+    maxNewTokens: 8,
+    sampling: GREEDY,
+    eosTokenIds: [],
+    adapter: null,
+    speculator: null,
+    constraint: null,
+    topLogprobs: 0,
+    prefillLogprobs: false,
+    signal: new AbortController().signal,
+    ...overrides,
+  }
+}
+
+/** A LoRA of the given rank on layer 0's q_proj (the fake runner never reads the numbers). */
+export function fakeLora(key: string, rank = 8): LoraWeights {
+  return {
+    kind: 'lora',
+    key,
+    layers: [{ q_proj: { rank, scale: 1, a: new Float32Array(rank * 16), b: new Float32Array(16 * rank) } }],
+  }
+}
+
+export function localAdapter(id: string, revision = 'r1'): LocalAdapter {
+  return {
+    resolved: { source: 'local', id, revision, files: [] },
+    dir: `/nonexistent/${id}`,
+    kind: 'lora',
+  }
+}
+
+export const readFakeLora: ReadAdapter = async (adapter) =>
+  fakeLora(`${adapter.resolved.source}:${adapter.resolved.id}@${adapter.resolved.revision}`)
+
+export interface EngineSetup {
+  readonly engine: BatchingEngine
+  readonly runner: FakeStepRunner
+}
+
+export async function startEngine(
+  runnerOptions: FakeStepRunnerOptions = {},
+  limits: Partial<BatchingEngineLimits> = {},
+  readAdapter: ReadAdapter = readFakeLora,
+): Promise<EngineSetup> {
+  const runner = new FakeStepRunner(runnerOptions)
+  const engine = new BatchingEngine({
+    runner,
+    limits: { maxBatchSize: 32, maxBatchPrefillTokens: 4096, maxConcurrentRequests: 128, ...limits },
+    readAdapter,
+    logger: silentLogger,
+    name: 'fake',
+  })
+  await engine.start()
+  return { engine, runner }
+}
+
+export async function collect(events: AsyncIterable<GenerationEvent>): Promise<GenerationEvent[]> {
+  const out: GenerationEvent[] = []
+  for await (const event of events) out.push(event)
+  return out
+}
+
+export function tokensOf(events: readonly GenerationEvent[]): GeneratedToken[] {
+  return events.flatMap((e) => (e.type === 'tokens' ? [...e.tokens] : []))
+}
+
+export function idsOf(events: readonly GenerationEvent[]): number[] {
+  return tokensOf(events).map((t) => t.id)
+}
+
+export function finishOf(events: readonly GenerationEvent[]): GenerationEvent & { type: 'finish' } {
+  const last = events[events.length - 1]
+  if (last?.type !== 'finish') throw new Error(`last event is ${last?.type}`)
+  return last
+}
+
+/** Resolve after `ms` of wall time. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
