@@ -1,0 +1,503 @@
+// The one N-API boundary of the native runtime.
+//
+// Everything below returns or rejects with a JS Error carrying a Loom error `code` (from
+// core/src/errors/registry.ts); C++ never throws across the boundary (node-addon-api is built
+// with NAPI_DISABLE_CPP_EXCEPTIONS, and native code reports failure through loom::Status).
+// Loading and stepping run on libuv's worker threads (Napi::AsyncWorker) and settle Promises;
+// typed arrays are checked here, with their dtype and every dimension in the message, so the
+// model code receives only plain pointers and checked lengths.
+#include <napi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/cpu-device.h"
+#include "model/llama-model.h"
+#include "selftest/kernel-self-test.h"
+
+namespace {
+
+using loom::Status;
+
+Napi::Error make_error(Napi::Env env, const Status& st) {
+  Napi::Error err = Napi::Error::New(env, st.message);
+  err.Set("code", Napi::String::New(env, st.code));
+  return err;
+}
+
+Napi::Value throw_status(Napi::Env env, const Status& st) {
+  make_error(env, st).ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+Status bad_arg(const std::string& msg) { return Status::Error("native_error", msg); }
+
+const char* typed_array_name(napi_typedarray_type t) {
+  switch (t) {
+    case napi_int8_array: return "Int8Array";
+    case napi_uint8_array: return "Uint8Array";
+    case napi_uint8_clamped_array: return "Uint8ClampedArray";
+    case napi_int16_array: return "Int16Array";
+    case napi_uint16_array: return "Uint16Array";
+    case napi_int32_array: return "Int32Array";
+    case napi_uint32_array: return "Uint32Array";
+    case napi_float32_array: return "Float32Array";
+    case napi_float64_array: return "Float64Array";
+    default: return "a BigInt array";
+  }
+}
+
+// Read obj[key] as a typed array of `type`; `expected` >= 0 checks the element count, and
+// `shape` describes it for the message ("[T=5]", "[16, 576]").
+template <typename T>
+Status typed(const Napi::Object& obj, const char* key, napi_typedarray_type type, const char* what, int64_t expected,
+             const std::string& shape, T** data, int64_t* len) {
+  Napi::Value v = obj.Get(key);
+  const std::string expect = std::string(typed_array_name(type)) + " " + shape;
+  if (!v.IsTypedArray()) return bad_arg(std::string(what) + ": expected " + expect + ", got a non-typed-array value");
+  Napi::TypedArray ta = v.As<Napi::TypedArray>();
+  if (ta.TypedArrayType() != type)
+    return bad_arg(std::string(what) + ": expected " + expect + ", got " + typed_array_name(ta.TypedArrayType()) +
+                   " [" + std::to_string(ta.ElementLength()) + "]");
+  if (expected >= 0 && int64_t(ta.ElementLength()) != expected)
+    return bad_arg(std::string(what) + ": expected " + expect + " (" + std::to_string(expected) + " values), got " +
+                   typed_array_name(type) + " [" + std::to_string(ta.ElementLength()) + "]");
+  *data = reinterpret_cast<T*>(static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset());
+  *len = int64_t(ta.ElementLength());
+  return Status::Ok();
+}
+
+Status number(const Napi::Object& obj, const char* key, double* out) {
+  Napi::Value v = obj.Get(key);
+  if (!v.IsNumber()) return bad_arg(std::string("field `") + key + "` must be a number");
+  *out = v.As<Napi::Number>().DoubleValue();
+  return Status::Ok();
+}
+
+template <typename T>
+Status integer(const Napi::Object& obj, const char* key, T* out) {
+  double d;
+  LOOM_RETURN_IF_ERROR(number(obj, key, &d));
+  *out = T(d);
+  return Status::Ok();
+}
+
+// An AsyncWorker that runs `work` off the JS thread and settles a Promise with `result` or
+// with the Status error. `keep` pins JS objects (typed arrays) for the duration.
+class PromiseWorker : public Napi::AsyncWorker {
+ public:
+  PromiseWorker(Napi::Env env, std::function<Status()> work, std::function<Napi::Value(Napi::Env)> result,
+                std::function<void()> done = nullptr)
+      : Napi::AsyncWorker(env, "loom-native"),
+        deferred_(Napi::Promise::Deferred::New(env)),
+        work_(std::move(work)),
+        result_(std::move(result)),
+        done_(std::move(done)) {}
+
+  void keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v)); }
+  Napi::Promise promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      status_ = work_();
+    } catch (const std::bad_alloc&) {
+      status_ = Status::Error("native_error", "out of memory");
+    } catch (...) {
+      status_ = Status::Error("native_error", "unexpected C++ exception");
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (done_) done_();
+    if (status_.ok())
+      deferred_.Resolve(result_ ? result_(env) : env.Undefined());
+    else
+      deferred_.Reject(make_error(env, status_).Value());
+  }
+  void OnError(const Napi::Error& e) override {
+    if (done_) done_();
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::function<Status()> work_;
+  std::function<Napi::Value(Napi::Env)> result_;
+  std::function<void()> done_;
+  std::vector<Napi::Reference<Napi::Value>> keep_;
+  Status status_;
+};
+
+// One loaded model on one device. JS: new Runtime(); await load(desc); step(...); close().
+class Runtime : public Napi::ObjectWrap<Runtime> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Runtime",
+                       {InstanceMethod("load", &Runtime::Load), InstanceMethod("loadLora", &Runtime::LoadLora),
+                        InstanceMethod("loadMedusa", &Runtime::LoadMedusa), InstanceMethod("unload", &Runtime::Unload),
+                        InstanceMethod("step", &Runtime::Step), InstanceMethod("close", &Runtime::Close)});
+  }
+  explicit Runtime(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Runtime>(info) {}
+
+ private:
+  std::unique_ptr<loom::CpuDevice> device_;
+  std::unique_ptr<loom::LlamaModel> model_;
+  bool loaded_ = false, closed_ = false;
+  int inflight_ = 0;  // workers touching model_ (JS thread only)
+
+  Status usable() const {
+    if (closed_) return Status::Error("native_error", "the native runtime is closed");
+    if (!loaded_) return Status::Error("backend_not_ready", "the model is not loaded");
+    return Status::Ok();
+  }
+
+  // Queue a worker that uses the model; the model is freed by close() or, if close() came while
+  // the worker ran, when the last worker finishes.
+  Napi::Value queue(Napi::Env env, std::function<Status()> work, std::function<Napi::Value(Napi::Env)> result,
+                    std::initializer_list<Napi::Value> keep) {
+    inflight_++;
+    auto* w = new PromiseWorker(env, std::move(work), std::move(result), [this] {
+      inflight_--;
+      if (closed_ && inflight_ == 0) release();
+    });
+    w->keep(Value());
+    for (auto& v : keep) w->keep(v);
+    Napi::Promise p = w->promise();
+    w->Queue();
+    return p;
+  }
+
+  void release() {
+    model_.reset();
+    device_.reset();
+  }
+
+  // load(desc): desc = { config: {...}, options: {...}, files: string[], tensors: [{name, file,
+  // offset, nbytes, dtype, shape}] } -> Promise<{ dtype, threads }>
+  Napi::Value Load(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    if (closed_ || loaded_ || inflight_) return throw_status(env, bad_arg("load() may be called once, before close()"));
+    if (!info[0].IsObject()) return throw_status(env, bad_arg("load(desc): desc must be an object"));
+    Napi::Object desc = info[0].As<Napi::Object>();
+    loom::ModelConfig cfg;
+    loom::RuntimeOptions opt;
+    std::vector<std::string> files;
+    std::vector<loom::TensorDesc> tensors;
+    Status st = parse_load(desc, &cfg, &opt, &files, &tensors);
+    if (!st.ok()) return throw_status(env, st);
+    device_ = std::make_unique<loom::CpuDevice>(opt.threads);
+    model_ = std::make_unique<loom::LlamaModel>(device_.get(), cfg, opt);
+    loom::LlamaModel* model = model_.get();
+    return queue(
+        env, [model, files, tensors]() mutable { return model->load(files, std::move(tensors)); },
+        [this, model](Napi::Env e) {
+          loaded_ = true;
+          Napi::Object out = Napi::Object::New(e);
+          out.Set("dtype", loom::dtype_name(model->dtype()));
+          out.Set("threads", device_->threads());
+          return Napi::Value(out);
+        },
+        {});
+  }
+
+  static Status parse_load(const Napi::Object& desc, loom::ModelConfig* cfg, loom::RuntimeOptions* opt,
+                           std::vector<std::string>* files, std::vector<loom::TensorDesc>* tensors) {
+    if (!desc.Get("config").IsObject() || !desc.Get("options").IsObject() || !desc.Get("files").IsArray() ||
+        !desc.Get("tensors").IsArray())
+      return bad_arg("load(desc) needs config, options, files[] and tensors[]");
+    Napi::Object c = desc.Get("config").As<Napi::Object>();
+    double eps, scaling;
+    LOOM_RETURN_IF_ERROR(integer(c, "vocabSize", &cfg->vocab));
+    LOOM_RETURN_IF_ERROR(integer(c, "hiddenSize", &cfg->hidden));
+    LOOM_RETURN_IF_ERROR(integer(c, "intermediateSize", &cfg->intermediate));
+    LOOM_RETURN_IF_ERROR(integer(c, "numLayers", &cfg->layers));
+    LOOM_RETURN_IF_ERROR(integer(c, "numHeads", &cfg->heads));
+    LOOM_RETURN_IF_ERROR(integer(c, "numKvHeads", &cfg->kv_heads));
+    LOOM_RETURN_IF_ERROR(integer(c, "headDim", &cfg->head_dim));
+    LOOM_RETURN_IF_ERROR(integer(c, "maxPositions", &cfg->max_positions));
+    LOOM_RETURN_IF_ERROR(number(c, "rmsNormEps", &eps));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeTheta", &cfg->rope_theta));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeScaling", &scaling));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeFactor", &cfg->rope_factor));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeLowFreqFactor", &cfg->rope_low_freq));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeHighFreqFactor", &cfg->rope_high_freq));
+    LOOM_RETURN_IF_ERROR(number(c, "ropeOriginalMaxPositions", &cfg->rope_original_max));
+    cfg->rms_eps = float(eps);
+    cfg->rope_scaling = loom::RopeScaling(int(scaling));
+    cfg->tie_embeddings = c.Get("tieWordEmbeddings").ToBoolean();
+    cfg->attention_bias = c.Get("attentionBias").ToBoolean();
+    if (cfg->vocab < 1 || cfg->hidden < 1 || cfg->layers < 1 || cfg->heads < 1 || cfg->kv_heads < 1 ||
+        cfg->heads % cfg->kv_heads != 0 || cfg->head_dim < 2 || cfg->head_dim % 2 != 0)
+      return Status::Error("model_invalid", "config has impossible dimensions (heads " + std::to_string(cfg->heads) +
+                                                ", kv heads " + std::to_string(cfg->kv_heads) + ", head dim " +
+                                                std::to_string(cfg->head_dim) + ")");
+    Napi::Object o = desc.Get("options").As<Napi::Object>();
+    LOOM_RETURN_IF_ERROR(integer(o, "threads", &opt->threads));
+    LOOM_RETURN_IF_ERROR(integer(o, "kvBlocks", &opt->kv_blocks));
+    LOOM_RETURN_IF_ERROR(integer(o, "kvBlockSize", &opt->kv_block_size));
+    LOOM_RETURN_IF_ERROR(integer(o, "maxBatchTokens", &opt->max_batch_tokens));
+    LOOM_RETURN_IF_ERROR(integer(o, "adapterSlots", &opt->adapter_slots));
+    LOOM_RETURN_IF_ERROR(integer(o, "maxLoraRank", &opt->max_lora_rank));
+    if (opt->threads < 1 || opt->kv_blocks < 1 || opt->kv_block_size < 1 || opt->max_batch_tokens < 1 ||
+        opt->adapter_slots < 0 || opt->max_lora_rank < 1 || opt->max_lora_rank > 128)
+      return bad_arg("runtime options out of range");
+    Napi::Array fa = desc.Get("files").As<Napi::Array>();
+    for (uint32_t i = 0; i < fa.Length(); i++) files->push_back(fa.Get(i).ToString().Utf8Value());
+    Napi::Array ta = desc.Get("tensors").As<Napi::Array>();
+    for (uint32_t i = 0; i < ta.Length(); i++) {
+      if (!ta.Get(i).IsObject()) return bad_arg("tensors[" + std::to_string(i) + "] must be an object");
+      Napi::Object t = ta.Get(i).As<Napi::Object>();
+      loom::TensorDesc d;
+      int dtype;
+      d.name = t.Get("name").ToString().Utf8Value();
+      LOOM_RETURN_IF_ERROR(integer(t, "file", &d.file));
+      LOOM_RETURN_IF_ERROR(integer(t, "offset", &d.offset));
+      LOOM_RETURN_IF_ERROR(integer(t, "nbytes", &d.nbytes));
+      LOOM_RETURN_IF_ERROR(integer(t, "dtype", &dtype));
+      if (dtype < 0 || dtype > 2) return bad_arg("tensor " + d.name + " has an unknown dtype code");
+      d.dtype = loom::DType(dtype);
+      if (!t.Get("shape").IsArray()) return bad_arg("tensor " + d.name + " has no shape");
+      Napi::Array sh = t.Get("shape").As<Napi::Array>();
+      for (uint32_t k = 0; k < sh.Length(); k++) d.shape.push_back(int64_t(sh.Get(k).ToNumber().DoubleValue()));
+      tensors->push_back(std::move(d));
+    }
+    return Status::Ok();
+  }
+
+  // loadLora(slot, modules[{layer, module, rank, scale, a, b}]) -> Promise<void>
+  Napi::Value LoadLora(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Status st = usable();
+    if (!st.ok()) return throw_status(env, st);
+    if (!info[0].IsNumber() || !info[1].IsArray()) return throw_status(env, bad_arg("loadLora(slot, modules[])"));
+    const int slot = info[0].As<Napi::Number>().Int32Value();
+    Napi::Array arr = info[1].As<Napi::Array>();
+    const loom::ModelConfig& c = model_->config();
+    const int64_t QD = c.heads * c.head_dim, KD = c.kv_heads * c.head_dim;
+    const int64_t in_f[loom::kNumLoraModules] = {c.hidden, c.hidden, c.hidden, QD, c.hidden, c.hidden, c.intermediate};
+    const int64_t out_f[loom::kNumLoraModules] = {QD, KD, KD, c.hidden, c.intermediate, c.intermediate, c.hidden};
+    static const char* names[loom::kNumLoraModules] = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                       "gate_proj", "up_proj", "down_proj"};
+    std::vector<loom::LoraModuleInput> mods;
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      if (!arr.Get(i).IsObject()) return throw_status(env, bad_arg("loadLora: modules[i] must be objects"));
+      Napi::Object m = arr.Get(i).As<Napi::Object>();
+      loom::LoraModuleInput in{};
+      double scale;
+      if (!(st = integer(m, "layer", &in.layer)).ok() || !(st = integer(m, "module", &in.module)).ok() ||
+          !(st = integer(m, "rank", &in.rank)).ok() || !(st = number(m, "scale", &scale)).ok())
+        return throw_status(env, st);
+      in.scale = float(scale);
+      if (in.layer < 0 || in.layer >= c.layers || in.module < 0 || in.module >= loom::kNumLoraModules || in.rank < 1 ||
+          in.rank > model_->options().max_lora_rank)
+        return throw_status(env, Status::Error("adapter_invalid", "LoRA layer " + std::to_string(in.layer) +
+                                                                      " module #" + std::to_string(in.module) +
+                                                                      " rank " + std::to_string(in.rank) +
+                                                                      " is outside this runtime's limits (layers " +
+                                                                      std::to_string(c.layers) + ", max rank " +
+                                                                      std::to_string(model_->options().max_lora_rank) + ")"));
+      const std::string what = "LoRA layer " + std::to_string(in.layer) + " " + names[in.module];
+      const int64_t in_dim = in_f[in.module], out_dim = out_f[in.module];
+      float* a;
+      float* b;
+      int64_t len;
+      st = typed(m, "a", napi_float32_array, (what + " A").c_str(), in.rank * in_dim,
+                 "[" + std::to_string(in.rank) + ", " + std::to_string(in_dim) + "]", &a, &len);
+      if (st.ok())
+        st = typed(m, "b", napi_float32_array, (what + " B").c_str(), out_dim * in.rank,
+                   "[" + std::to_string(out_dim) + ", " + std::to_string(in.rank) + "]", &b, &len);
+      if (!st.ok()) return throw_status(env, Status::Error("adapter_invalid", st.message));
+      in.a = a;
+      in.b = b;
+      mods.push_back(in);
+    }
+    loom::LlamaModel* model = model_.get();
+    return queue(env, [model, slot, mods] { return model->load_lora(slot, mods); }, nullptr, {info[1]});
+  }
+
+  // loadMedusa(slot, numLayers, heads[{weights: Float32Array[], biases: Float32Array[], lmHead?}]) -> Promise<void>
+  Napi::Value LoadMedusa(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Status st = usable();
+    if (!st.ok()) return throw_status(env, st);
+    if (!info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsArray())
+      return throw_status(env, bad_arg("loadMedusa(slot, numLayers, heads[])"));
+    const int slot = info[0].As<Napi::Number>().Int32Value();
+    const int layers = info[1].As<Napi::Number>().Int32Value();
+    Napi::Array arr = info[2].As<Napi::Array>();
+    const int64_t H = model_->config().hidden, V = model_->config().vocab;
+    const std::string hs = std::to_string(H);
+    std::vector<loom::MedusaHeadInput> heads;
+    for (uint32_t h = 0; h < arr.Length(); h++) {
+      Napi::Object o = arr.Get(h).As<Napi::Object>();
+      if (!o.Get("weights").IsArray() || !o.Get("biases").IsArray() ||
+          o.Get("weights").As<Napi::Array>().Length() != uint32_t(layers) ||
+          o.Get("biases").As<Napi::Array>().Length() != uint32_t(layers))
+        return throw_status(env, Status::Error("adapter_invalid", "Medusa head " + std::to_string(h) + " needs " +
+                                                                      std::to_string(layers) + " weights and biases"));
+      loom::MedusaHeadInput in;
+      for (int l = 0; l < layers; l++) {
+        Napi::Object holder = Napi::Object::New(env);
+        holder.Set("w", o.Get("weights").As<Napi::Array>().Get(uint32_t(l)));
+        holder.Set("b", o.Get("biases").As<Napi::Array>().Get(uint32_t(l)));
+        const std::string what = "Medusa head " + std::to_string(h) + " block " + std::to_string(l);
+        float* w;
+        float* b;
+        int64_t len;
+        st = typed(holder, "w", napi_float32_array, (what + " weight").c_str(), H * H, "[" + hs + ", " + hs + "]", &w, &len);
+        if (st.ok()) st = typed(holder, "b", napi_float32_array, (what + " bias").c_str(), H, "[" + hs + "]", &b, &len);
+        if (!st.ok()) return throw_status(env, Status::Error("adapter_invalid", st.message));
+        in.weights.push_back(w);
+        in.biases.push_back(b);
+      }
+      if (!o.Get("lmHead").IsUndefined() && !o.Get("lmHead").IsNull()) {
+        float* lm;
+        int64_t len;
+        st = typed(o, "lmHead", napi_float32_array, ("Medusa head " + std::to_string(h) + " lm_head").c_str(), V * H,
+                   "[" + std::to_string(V) + ", " + hs + "]", &lm, &len);
+        if (!st.ok()) return throw_status(env, Status::Error("adapter_invalid", st.message));
+        in.lm_head = lm;
+      }
+      heads.push_back(std::move(in));
+    }
+    loom::LlamaModel* model = model_.get();
+    return queue(env, [model, slot, layers, heads] { return model->load_medusa(slot, layers, heads); }, nullptr,
+                 {info[2]});
+  }
+
+  Napi::Value Unload(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Status st = usable();
+    if (st.ok()) st = info[0].IsNumber() ? model_->unload(info[0].As<Napi::Number>().Int32Value()) : bad_arg("unload(slot)");
+    if (!st.ok()) return throw_status(env, st);
+    return env.Undefined();
+  }
+
+  // step(p) -> Promise<void>; fills p.logits and p.medusaLogits. Layout (all Int32Array unless said):
+  //   tokens, positions [T]; rows [R, 12]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
+  //   btLen, maskOffset (-1: causal), logitOffset, logitCount, medusaOffset, medusaCount;
+  //   blockTables (concatenated), masks Uint8Array (concatenated [n, n]), indices (logit and
+  //   Medusa indices, concatenated); copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count
+  //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V].
+  Napi::Value Step(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Status st = usable();
+    if (!st.ok()) return throw_status(env, st);
+    if (!info[0].IsObject()) return throw_status(env, bad_arg("step(packed): packed must be an object"));
+    Napi::Object p = info[0].As<Napi::Object>();
+    auto in = std::make_shared<loom::StepInput>();
+    st = parse_step(p, in.get());
+    if (!st.ok()) return throw_status(env, st);
+    loom::LlamaModel* model = model_.get();
+    return queue(env, [model, in] { return model->step(*in); }, nullptr, {info[0]});
+  }
+
+  Status parse_step(const Napi::Object& p, loom::StepInput* in) {
+    int32_t *tokens = nullptr, *positions = nullptr, *rows = nullptr, *bt = nullptr, *idx = nullptr,
+            *copies = nullptr, *cdata = nullptr;
+    uint8_t* masks = nullptr;
+    float *logits = nullptr, *medusa = nullptr;
+    int64_t T = 0, np = 0, nr = 0, nbt = 0, nmask = 0, nidx = 0, nc = 0, ncd = 0;
+    LOOM_RETURN_IF_ERROR(typed(p, "tokens", napi_int32_array, "step.tokens", -1, "[T]", &tokens, &T));
+    LOOM_RETURN_IF_ERROR(typed(p, "positions", napi_int32_array, "step.positions", T, "[T=" + std::to_string(T) + "]",
+                               &positions, &np));
+    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 12]", &rows, &nr));
+    if (nr % 12 != 0) return bad_arg("step.rows: expected Int32Array [R, 12], got [" + std::to_string(nr) + "]");
+    LOOM_RETURN_IF_ERROR(typed(p, "blockTables", napi_int32_array, "step.blockTables", -1, "[Σ blocks]", &bt, &nbt));
+    LOOM_RETURN_IF_ERROR(typed(p, "masks", napi_uint8_array, "step.masks", -1, "[Σ n*n]", &masks, &nmask));
+    LOOM_RETURN_IF_ERROR(typed(p, "indices", napi_int32_array, "step.indices", -1, "[Σ indices]", &idx, &nidx));
+    LOOM_RETURN_IF_ERROR(typed(p, "copies", napi_int32_array, "step.copies", -1, "[C, 5]", &copies, &nc));
+    if (nc % 5 != 0) return bad_arg("step.copies: expected Int32Array [C, 5], got [" + std::to_string(nc) + "]");
+    LOOM_RETURN_IF_ERROR(typed(p, "copyData", napi_int32_array, "step.copyData", -1, "[Σ entries]", &cdata, &ncd));
+    LOOM_RETURN_IF_ERROR(typed(p, "logits", napi_float32_array, "step.logits", -1, "[L, V]", &logits, &in->logits_len));
+    LOOM_RETURN_IF_ERROR(
+        typed(p, "medusaLogits", napi_float32_array, "step.medusaLogits", -1, "[M, heads, V]", &medusa, &in->medusa_len));
+    in->tokens = tokens;
+    in->positions = positions;
+    in->num_tokens = int32_t(T);
+    in->logits = logits;
+    in->medusa_logits = medusa;
+    // Every (offset, length) pair must lie inside its array: the model trusts these pointers.
+    auto inside = [](int64_t off, int64_t len, int64_t size) { return off >= 0 && len >= 0 && off + len <= size; };
+    for (int64_t r = 0; r < nr / 12; r++) {
+      const int32_t* f = rows + r * 12;
+      const std::string where = "step.rows[" + std::to_string(r) + "]";
+      loom::StepRowDesc d{};
+      d.tok_start = f[0];
+      d.n = f[1];
+      d.cache_len = f[2];
+      d.lora_slot = f[3];
+      d.medusa_slot = f[4];
+      if (!inside(f[0], f[1], T)) return bad_arg(where + ": tokens [" + std::to_string(f[0]) + ", +" + std::to_string(f[1]) + ") outside [0, " + std::to_string(T) + ")");
+      if (!inside(f[5], f[6], nbt)) return bad_arg(where + ": block table slice outside step.blockTables");
+      d.block_table = bt + f[5];
+      d.num_blocks = f[6];
+      if (f[7] >= 0) {
+        if (!inside(f[7], int64_t(f[1]) * f[1], nmask)) return bad_arg(where + ": tree mask [n, n] outside step.masks");
+        d.tree_mask = masks + f[7];
+      }
+      if (!inside(f[8], f[9], nidx) || !inside(f[10], f[11], nidx)) return bad_arg(where + ": indices outside step.indices");
+      d.logit_idx = idx + f[8];
+      d.logit_count = f[9];
+      d.medusa_idx = idx + f[10];
+      d.medusa_count = f[11];
+      in->rows.push_back(d);
+    }
+    for (int64_t c = 0; c < nc / 5; c++) {
+      const int32_t* f = copies + c * 5;
+      if (!inside(f[0], f[1], ncd) || !inside(f[2], f[4], ncd) || !inside(f[3], f[4], ncd))
+        return bad_arg("step.copies[" + std::to_string(c) + "] points outside step.copyData");
+      in->copies.push_back({cdata + f[0], f[1], cdata + f[2], cdata + f[3], f[4]});
+    }
+    return Status::Ok();
+  }
+
+  Napi::Value Close(const Napi::CallbackInfo& info) {
+    if (!closed_) {
+      closed_ = true;
+      if (inflight_ == 0) release();
+    }
+    return info.Env().Undefined();
+  }
+};
+
+// kernelSelfTest(seed, threads) -> Promise<{ ok, cases, failures, worstRatio, worstCase, report }>
+Napi::Value KernelSelfTest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const uint64_t seed = info[0].IsNumber() ? uint64_t(info[0].As<Napi::Number>().Int64Value()) : 1;
+  const int threads = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 2;
+  auto result = std::make_shared<loom::SelfTestResult>();
+  auto* w = new PromiseWorker(
+      env,
+      [result, seed, threads] {
+        loom::CpuDevice device(threads);
+        *result = loom::run_kernel_self_test(&device, seed);
+        return Status::Ok();
+      },
+      [result](Napi::Env e) {
+        Napi::Object o = Napi::Object::New(e);
+        o.Set("ok", result->ok);
+        o.Set("cases", result->cases);
+        o.Set("failures", result->failures);
+        o.Set("worstRatio", result->worst_ratio);
+        o.Set("worstCase", result->worst_case);
+        o.Set("report", result->report);
+        return Napi::Value(o);
+      });
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("Runtime", Runtime::Define(env));
+  exports.Set("kernelSelfTest", Napi::Function::New(env, KernelSelfTest));
+  exports.Set("devices", Napi::String::New(env, "cpu"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(loom_native, Init)

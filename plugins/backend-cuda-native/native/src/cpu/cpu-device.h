@@ -1,0 +1,48 @@
+// The cpu device: AVX2 + FMA + F16C kernels run across a persistent thread pool.
+// Implementation is split by op family: matmul-cpu.cc, lora-cpu.cc, ops-cpu.cc.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "runtime/thread-pool.h"
+
+namespace loom {
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int threads);
+  const char* name() const override { return "cpu"; }
+  int threads() const { return pool_.size(); }
+
+  void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
+  void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+               int64_t ldy) override;
+  void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override;
+  void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override;
+  void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void silu_residual(const float* t, int64_t n, float* y) override;
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, float* kc,
+                float* vc) override;
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) override;
+  void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows, int nrows,
+                 const AttnShape& shape, float* out) override;
+  void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
+                   int64_t ldt) override;
+  void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
+                   int64_t ldy) override;
+  void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
+
+ private:
+  ThreadPool pool_;
+  // Per-call work lists, kept across calls so the hot path does not allocate once warm.
+  std::vector<int64_t> blocks_;
+  std::vector<int64_t> items_;
+};
+
+// Shared by matmul-cpu.cc and lora-cpu.cc: dot products of 4 f32 weight rows against up to 3
+// activation rows. out[t][i] = Σ_k w_i[k] * x_t[k].
+void dot_4rows(const float* const w[4], const float* const* x, int tn, int64_t K, float out[3][4]);
+
+}  // namespace loom

@@ -1,0 +1,238 @@
+// Element-wise, normalisation, cache and attention ops for the cpu device. These are small next
+// to the matmuls at decode, so the rule is: run inline on the calling thread when the work is
+// tiny (a pool region costs ~1 µs) and split over tokens or elements when it is not.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu/cpu-device.h"
+#include "cpu/vec-math.h"
+
+namespace loom {
+namespace {
+
+constexpr int64_t kInlineElems = 16384;  // below this many elements an op runs on one thread
+
+// Run f(begin, end) over [0, total) split across the pool, or inline when small.
+template <typename Pool, typename F>
+void for_range(Pool& pool, int64_t total, int64_t cost_per_item, F&& f) {
+  if (total * cost_per_item < kInlineElems || pool.size() == 1) {
+    f(int64_t(0), total);
+    return;
+  }
+  pool.run([&](int tid, int nth) {
+    int64_t b, e;
+    split_range(total, nth, tid, 1, &b, &e);
+    if (b < e) f(b, e);
+  });
+}
+
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(int threads) : pool_(threads) {}
+
+void CpuDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+                        int64_t ldy) {
+  for_range(pool_, T, H, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const float* xt = x + t * ldx;
+      float* yt = y + t * ldy;
+      const float r = 1.0f / std::sqrt(dot_f32(xt, xt, H) / float(H) + eps);
+      const __m256 rv = _mm256_set1_ps(r);
+      int64_t i = 0;
+      for (; i + 8 <= H; i += 8)
+        _mm256_storeu_ps(yt + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(xt + i), rv), _mm256_loadu_ps(w + i)));
+      for (; i < H; i++) yt[i] = xt[i] * r * w[i];
+    }
+  });
+}
+
+void CpuDevice::rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
+  const int half = D / 2;
+  for_range(pool_, T, int64_t(heads) * D, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const float* c = cos + t * half;
+      const float* s = sin + t * half;
+      for (int h = 0; h < heads; h++) {
+        float* v = x + t * ldx + int64_t(h) * D;
+        int i = 0;
+        for (; i + 8 <= half; i += 8) {
+          const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+          const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+          _mm256_storeu_ps(v + i, _mm256_fmsub_ps(a, cv, _mm256_mul_ps(b, sv)));
+          _mm256_storeu_ps(v + i + half, _mm256_fmadd_ps(b, cv, _mm256_mul_ps(a, sv)));
+        }
+        for (; i < half; i++) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuDevice::embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) {
+  const int64_t H = table.cols;
+  for (int64_t t = 0; t < T; t++) {
+    const int64_t row = int64_t(ids[t]) * H;
+    if (table.dtype == DType::F32) {
+      std::memcpy(y + t * H, static_cast<const float*>(table.data) + row, size_t(H) * 4);
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(table.data) + row;
+      for (int64_t i = 0; i < H; i++)
+        y[t * H + i] = table.dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+    }
+  }
+}
+
+void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
+  for_range(pool_, (n + 7) / 8, 8, [&](int64_t b, int64_t e) {
+    for (int64_t v = b; v < e; v++) {
+      const int64_t i = v * 8;
+      if (i + 8 <= n) {
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu256(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+      } else {
+        for (int64_t j = i; j < n; j++) y[j] = gate[j] / (1.0f + std::exp(-gate[j])) * up[j];
+      }
+    }
+  });
+}
+
+void CpuDevice::silu_residual(const float* t, int64_t n, float* y) {
+  for_range(pool_, (n + 7) / 8, 8, [&](int64_t b, int64_t e) {
+    for (int64_t v = b; v < e; v++) {
+      const int64_t i = v * 8;
+      if (i + 8 <= n) {
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), silu256(_mm256_loadu_ps(t + i))));
+      } else {
+        for (int64_t j = i; j < n; j++) y[j] += t[j] / (1.0f + std::exp(-t[j]));
+      }
+    }
+  });
+}
+
+void CpuDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
+                         float* kc, float* vc) {
+  for (int64_t t = 0; t < T; t++) {
+    std::memcpy(kc + int64_t(slot[t]) * E, k + t * ldk, size_t(E) * 4);
+    std::memcpy(vc + int64_t(slot[t]) * E, v + t * ldk, size_t(E) * 4);
+  }
+}
+
+void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) {
+  // Sequential on purpose: a later copy may read an entry an earlier one wrote.
+  for (int64_t i = 0; i < n; i++) {
+    if (from[i] == to[i]) continue;
+    std::memmove(kc + int64_t(to[i]) * E, kc + int64_t(from[i]) * E, size_t(E) * 4);
+    std::memmove(vc + int64_t(to[i]) * E, vc + int64_t(from[i]) * E, size_t(E) * 4);
+  }
+}
+
+void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows,
+                          int nrows, const AttnShape& s, float* out) {
+  const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
+  const int64_t E = int64_t(s.num_kv_heads) * D;
+  // items_[k] = row of the k-th new token, in batch order.
+  items_.clear();
+  for (int r = 0; r < nrows; r++)
+    for (int i = 0; i < rows[r].n; i++) items_.push_back(int64_t(r) << 32 | i);
+  const int64_t total = int64_t(items_.size()) * Hq;
+  const int64_t* items = items_.data();
+  if (total == 0) return;
+
+  auto work = [&](int tid, int nth) {
+    static thread_local std::vector<float> score;  // [cache_len + n] of the current row
+    static thread_local std::vector<float> qs;     // [D] scaled query
+    static thread_local std::vector<float> acc;    // [D] output accumulator
+    if (int64_t(qs.size()) < D) {
+      qs.resize(size_t(D));
+      acc.resize(size_t(D));
+    }
+    // Interleaved items balance causal prefill, where later tokens see more entries.
+    for (int64_t it = tid; it < total; it += nth) {
+      const AttnRow& row = rows[items[it / Hq] >> 32];
+      const int i = int(items[it / Hq] & 0xffffffff);
+      const int h = int(it % Hq), g = h / group;
+      const int len = row.cache_len + row.n;
+      if (int64_t(score.size()) < len + 8) score.resize(size_t(len + 8));
+      const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
+      for (int d = 0; d < D; d++) qs[d] = qv[d] * s.scale;
+      // Scores; masked entries get -inf and vanish in the exp.
+      float mx = -INFINITY;
+      for (int c = 0; c < len; c++) {
+        const int j = c - row.cache_len;
+        const bool visible = c < row.cache_len || (row.tree_mask ? row.tree_mask[i * row.n + j] != 0 : j <= i);
+        if (!visible) {
+          score[c] = -INFINITY;
+          continue;
+        }
+        const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
+        const float v = dot_f32(qs.data(), kc + slot * E + int64_t(g) * D, D);
+        score[c] = v;
+        mx = std::max(mx, v);
+      }
+      // p = exp(s - max), vectorised.
+      const __m256 mv = _mm256_set1_ps(mx);
+      __m256 sumv = _mm256_setzero_ps();
+      int c = 0;
+      for (; c + 8 <= len; c += 8) {
+        const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(&score[c]), mv));
+        _mm256_storeu_ps(&score[c], p);
+        sumv = _mm256_add_ps(sumv, p);
+      }
+      float sum = hsum256(sumv);
+      for (; c < len; c++) sum += (score[c] = score[c] == -INFINITY ? 0.0f : std::exp(score[c] - mx));
+      // out = Σ p_c V_c / Σ p_c
+      std::fill(acc.begin(), acc.begin() + D, 0.0f);
+      for (int cc = 0; cc < len; cc++) {
+        const float p = score[cc];
+        if (p == 0.0f) continue;
+        const int64_t slot = int64_t(row.block_table[cc / s.block_size]) * s.block_size + cc % s.block_size;
+        const float* vv = vc + slot * E + int64_t(g) * D;
+        const __m256 pv = _mm256_set1_ps(p);
+        int d = 0;
+        for (; d + 8 <= D; d += 8)
+          _mm256_storeu_ps(&acc[d], _mm256_fmadd_ps(pv, _mm256_loadu_ps(vv + d), _mm256_loadu_ps(&acc[d])));
+        for (; d < D; d++) acc[d] += p * vv[d];
+      }
+      float* o = out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D;
+      const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+      for (int d = 0; d < D; d++) o[d] = acc[d] * inv;
+    }
+  };
+  if (total < 4 || pool_.size() == 1)
+    work(0, 1);
+  else
+    pool_.run(work);
+}
+
+void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
+  for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const float* row = x + t * ld;
+      int64_t best = 0;
+      for (int64_t i = 1; i < V; i++)
+        if (row[i] > row[best]) best = i;
+      out[t] = int32_t(best);
+    }
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,438 @@
+// LlamaModel: load, adapter slots, validation and the forward pass.
+#include "model/llama-model.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+namespace loom {
+
+struct LlamaModel::Layer {
+  WeightView q, k, v, o, gate, up, down;  // [out, in] each, stored dtype
+  std::vector<float> in_norm, post_norm;  // [H]
+  std::vector<float> bq, bk, bv;          // Qwen2 biases [out] (empty otherwise)
+};
+
+struct LoraModuleSlot {
+  int32_t rank = 0;  // 0: the adapter does not touch this module
+  float scale = 0.0f;
+  std::vector<float> a;   // [rank, in]
+  std::vector<float> bt;  // [rank, out] (B transposed)
+};
+
+struct MedusaHeadSlot {
+  std::vector<std::vector<float>> w;  // numLayers × [H, H]
+  std::vector<std::vector<float>> b;  // numLayers × [H]
+  std::vector<float> lm_head;         // [V, H] or empty (use the base lm_head)
+};
+
+struct LlamaModel::Slot {
+  enum Kind : int { kFree = 0, kLora = 1, kMedusa = 2 };
+  std::atomic<int> kind{kFree};
+  std::vector<std::array<LoraModuleSlot, kNumLoraModules>> lora;  // [layers]
+  std::vector<MedusaHeadSlot> medusa;
+  int medusa_layers = 0;
+};
+
+namespace {
+
+Status invalid(const std::string& msg) { return Status::Error("native_error", msg); }
+}  // namespace
+
+LlamaModel::LlamaModel(Device* device, ModelConfig config, RuntimeOptions options)
+    : dev_(device), cfg_(config), opt_(options) {}
+
+LlamaModel::~LlamaModel() = default;
+
+Status LlamaModel::load(const std::vector<std::string>& files, std::vector<TensorDesc> tensors) {
+  LOOM_RETURN_IF_ERROR(weights_.open(files, std::move(tensors)));
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
+  const int64_t QD = cfg_.heads * D, KD = cfg_.kv_heads * D;
+  LOOM_RETURN_IF_ERROR(weights_.matrix("model.embed_tokens.weight", cfg_.vocab, H, &embed_));
+  if (cfg_.tie_embeddings || !weights_.has("lm_head.weight"))
+    lm_head_ = embed_;
+  else
+    LOOM_RETURN_IF_ERROR(weights_.matrix("lm_head.weight", cfg_.vocab, H, &lm_head_));
+  LOOM_RETURN_IF_ERROR(weights_.vector_f32("model.norm.weight", H, &final_norm_));
+  layers_.resize(size_t(cfg_.layers));
+  for (int64_t l = 0; l < cfg_.layers; l++) {
+    Layer& L = layers_[size_t(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.q_proj.weight", QD, H, &L.q));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.k_proj.weight", KD, H, &L.k));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.v_proj.weight", KD, H, &L.v));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.o_proj.weight", H, QD, &L.o));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.gate_proj.weight", I, H, &L.gate));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.up_proj.weight", I, H, &L.up));
+    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.down_proj.weight", H, I, &L.down));
+    LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "input_layernorm.weight", H, &L.in_norm));
+    LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "post_attention_layernorm.weight", H, &L.post_norm));
+    if (cfg_.attention_bias) {
+      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.q_proj.bias", QD, &L.bq));
+      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.k_proj.bias", KD, &L.bk));
+      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.v_proj.bias", KD, &L.bv));
+    }
+  }
+
+  // RoPE inverse frequencies, with HF's llama3 / linear scaling applied (computed in double).
+  inv_freq_.resize(size_t(D / 2));
+  for (int64_t i = 0; i < D / 2; i++) {
+    double f = 1.0 / std::pow(cfg_.rope_theta, double(2 * i) / double(D));
+    if (cfg_.rope_scaling == RopeScaling::Linear) {
+      f /= cfg_.rope_factor;
+    } else if (cfg_.rope_scaling == RopeScaling::Llama3) {
+      const double low_wavelen = cfg_.rope_original_max / cfg_.rope_low_freq;
+      const double high_wavelen = cfg_.rope_original_max / cfg_.rope_high_freq;
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f = f / cfg_.rope_factor;
+      } else if (!(wavelen < high_wavelen)) {  // medium band: interpolate
+        const double smooth = (cfg_.rope_original_max / wavelen - cfg_.rope_low_freq) /
+                              (cfg_.rope_high_freq - cfg_.rope_low_freq);
+        f = (1.0 - smooth) * f / cfg_.rope_factor + smooth * f;
+      }
+    }
+    inv_freq_[size_t(i)] = f;
+  }
+
+  try {
+    const size_t S = size_t(opt_.kv_blocks) * size_t(opt_.kv_block_size);
+    kcache_.assign(size_t(cfg_.layers), std::vector<float>(S * size_t(KD)));
+    vcache_.assign(size_t(cfg_.layers), std::vector<float>(S * size_t(KD)));
+    const size_t T = size_t(opt_.max_batch_tokens);
+    x_.resize(T * H);
+    xn_.resize(T * std::max(H, QD));
+    qkv_.resize(T * (QD + 2 * KD));
+    attn_.resize(T * QD);
+    gate_.resize(T * I);
+    up_.resize(T * I);
+    act_.resize(T * I);
+    lora_tmp_.resize(T * 3 * size_t(std::max(1, opt_.max_lora_rank)));
+    cos_.resize(T * D / 2);
+    sin_.resize(T * D / 2);
+    head_x_.resize(T * H);
+    head_t_.resize(T * H);
+    kv_slots_.resize(T);
+    attn_rows_.reserve(T);
+    segs_.reserve(T * 6 + 16);
+    seg_module_.reserve(T * 3 + 8);
+  } catch (const std::bad_alloc&) {
+    return Status::Error("model_invalid", "not enough memory for the KV cache (" + std::to_string(opt_.kv_blocks) +
+                                              " blocks) and scratch for " + std::to_string(opt_.max_batch_tokens) +
+                                              " tokens; lower kv_cache_tokens or max_batch_tokens");
+  }
+  slots_.clear();
+  for (int s = 0; s < opt_.adapter_slots; s++) slots_.push_back(std::make_unique<Slot>());
+  return Status::Ok();
+}
+
+Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modules) {
+  if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
+  Slot& s = *slots_[size_t(slot)];
+  if (s.kind.load() != Slot::kFree) return invalid("adapter slot " + std::to_string(slot) + " is not free");
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate, QD = cfg_.heads * cfg_.head_dim,
+                KD = cfg_.kv_heads * cfg_.head_dim;
+  // in/out features of each module, in LoraModule order.
+  const int64_t in_f[kNumLoraModules] = {H, H, H, QD, H, H, I};
+  const int64_t out_f[kNumLoraModules] = {QD, KD, KD, H, I, I, H};
+  try {
+    s.lora.assign(size_t(cfg_.layers), {});
+    for (const auto& m : modules) {
+      if (m.layer < 0 || m.layer >= cfg_.layers || m.module < 0 || m.module >= kNumLoraModules || m.rank < 1 ||
+          m.rank > opt_.max_lora_rank)
+        return invalid("LoRA module (layer " + std::to_string(m.layer) + ", module " + std::to_string(m.module) +
+                       ", rank " + std::to_string(m.rank) + ") is out of range");
+      LoraModuleSlot& dst = s.lora[size_t(m.layer)][size_t(m.module)];
+      const int64_t in = in_f[m.module], out = out_f[m.module];
+      dst.rank = m.rank;
+      dst.scale = m.scale;
+      dst.a.assign(m.a, m.a + m.rank * in);
+      dst.bt.resize(size_t(m.rank * out));
+      for (int64_t o = 0; o < out; o++)
+        for (int64_t r = 0; r < m.rank; r++) dst.bt[size_t(r * out + o)] = m.b[o * m.rank + r];
+    }
+  } catch (const std::bad_alloc&) {
+    s.lora.clear();
+    return Status::Error("adapter_load_failed", "out of memory copying LoRA weights");
+  }
+  s.kind.store(Slot::kLora);
+  return Status::Ok();
+}
+
+Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads) {
+  if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
+  Slot& s = *slots_[size_t(slot)];
+  if (s.kind.load() != Slot::kFree) return invalid("adapter slot " + std::to_string(slot) + " is not free");
+  const size_t H = size_t(cfg_.hidden);
+  try {
+    s.medusa.assign(heads.size(), {});
+    s.medusa_layers = num_layers;
+    for (size_t h = 0; h < heads.size(); h++) {
+      for (int l = 0; l < num_layers; l++) {
+        s.medusa[h].w.emplace_back(heads[h].weights[size_t(l)], heads[h].weights[size_t(l)] + H * H);
+        s.medusa[h].b.emplace_back(heads[h].biases[size_t(l)], heads[h].biases[size_t(l)] + H);
+      }
+      if (heads[h].lm_head) s.medusa[h].lm_head.assign(heads[h].lm_head, heads[h].lm_head + size_t(cfg_.vocab) * H);
+    }
+  } catch (const std::bad_alloc&) {
+    s.medusa.clear();
+    return Status::Error("adapter_load_failed", "out of memory copying Medusa weights");
+  }
+  s.kind.store(Slot::kMedusa);
+  return Status::Ok();
+}
+
+Status LlamaModel::unload(int slot) {
+  if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
+  Slot& s = *slots_[size_t(slot)];
+  s.kind.store(Slot::kFree);
+  std::vector<std::array<LoraModuleSlot, kNumLoraModules>>().swap(s.lora);
+  std::vector<MedusaHeadSlot>().swap(s.medusa);
+  return Status::Ok();
+}
+
+int LlamaModel::medusa_heads(int slot) const {
+  if (slot < 0 || slot >= int(slots_.size()) || slots_[size_t(slot)]->kind.load() != Slot::kMedusa) return 0;
+  return int(slots_[size_t(slot)]->medusa.size());
+}
+
+Status LlamaModel::validate(const StepInput& in) const {
+  if (in.num_tokens > opt_.max_batch_tokens)
+    return invalid("step has " + std::to_string(in.num_tokens) + " tokens; max_batch_tokens is " +
+                   std::to_string(opt_.max_batch_tokens));
+  const int64_t bs = opt_.kv_block_size;
+  int64_t next = 0, logits = 0, medusa = 0;
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    const std::string where = "row " + std::to_string(r) + ": ";
+    if (row.n < 1 || row.tok_start != next) return invalid(where + "empty row or bad token layout");
+    next += row.n;
+    if (row.cache_len < 0) return invalid(where + "cacheLen is negative");
+    const int64_t need = (int64_t(row.cache_len) + row.n + bs - 1) / bs;
+    if (need > row.num_blocks)
+      return invalid(where + "blockTable has " + std::to_string(row.num_blocks) + " blocks; cache indices up to " +
+                     std::to_string(row.cache_len + row.n) + " need " + std::to_string(need));
+    for (int64_t b = 0; b < need; b++)
+      if (row.block_table[b] < 0 || row.block_table[b] >= opt_.kv_blocks)
+        return invalid(where + "block id " + std::to_string(row.block_table[b]) + " outside [0, " +
+                       std::to_string(opt_.kv_blocks) + ")");
+    for (int i = 0; i < row.n; i++) {
+      const int32_t tok = in.tokens[row.tok_start + i], pos = in.positions[row.tok_start + i];
+      if (tok < 0 || tok >= cfg_.vocab)
+        return invalid(where + "token " + std::to_string(tok) + " outside the vocabulary of " + std::to_string(cfg_.vocab));
+      if (pos < 0) return invalid(where + "negative position");
+    }
+    if (row.lora_slot != -1 &&
+        (row.lora_slot < 0 || row.lora_slot >= int(slots_.size()) ||
+         slots_[size_t(row.lora_slot)]->kind.load() != Slot::kLora))
+      return invalid(where + "loraSlot " + std::to_string(row.lora_slot) + " holds no LoRA adapter");
+    int prev = -1;
+    for (int i = 0; i < row.logit_count; i++) {
+      if (row.logit_idx[i] <= prev || row.logit_idx[i] >= row.n)
+        return invalid(where + "logitIndices must be ascending and inside [0, " + std::to_string(row.n) + ")");
+      prev = row.logit_idx[i];
+    }
+    logits += row.logit_count;
+    if (row.medusa_count > 0) {
+      const int heads = medusa_heads(row.medusa_slot);
+      if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
+      for (int i = 0; i < row.medusa_count; i++)
+        if (row.medusa_idx[i] < 0 || row.medusa_idx[i] >= row.n) return invalid(where + "medusaIndices out of range");
+      medusa += int64_t(row.medusa_count) * heads;
+    }
+  }
+  if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
+  if (logits * cfg_.vocab != in.logits_len || medusa * cfg_.vocab != in.medusa_len)
+    return invalid("output buffers do not match the requested logits");
+  for (const auto& c : in.copies)
+    for (int i = 0; i < c.count; i++)
+      for (int32_t e : {c.from[i], c.to[i]}) {
+        if (e < 0 || e / bs >= c.num_blocks) return invalid("kvCopies entry " + std::to_string(e) + " is outside its blockTable");
+        const int32_t b = c.block_table[e / bs];
+        if (b < 0 || b >= opt_.kv_blocks) return invalid("kvCopies block id " + std::to_string(b) + " is out of range");
+      }
+  return Status::Ok();
+}
+
+// Apply the adapters of every LoRA row to the projections `modules` (sharing input x [T, ldx] of
+// K features): one shrink for all modules together into the low-rank scratch [T, ldt], then one
+// expand per module into ys[m] [T, lds[m]] of ns[m] features.
+void LlamaModel::lora_pass(const StepInput& in, int layer, const int* modules, int nmod, const float* x, int64_t ldx,
+                           int64_t K, float* const* ys, const int64_t* lds, const int64_t* ns) {
+  const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
+  segs_.clear();
+  seg_module_.clear();
+  // Consecutive rows with one adapter become one segment, so a shared adapter is read once.
+  auto add_run = [&](int32_t start, int32_t count, int32_t slot) {
+    const auto& mods = slots_[size_t(slot)]->lora[size_t(layer)];
+    int32_t col = 0;  // this run's modules sit side by side in the scratch columns
+    for (int m = 0; m < nmod; m++) {
+      const LoraModuleSlot& ms = mods[size_t(modules[m])];
+      if (ms.rank == 0) continue;
+      segs_.push_back({start, count, ms.a.data(), ms.rank, col, ms.scale});
+      seg_module_.push_back({m, ms.bt.data()});
+      col += ms.rank;
+    }
+  };
+  int32_t start = 0, count = 0, slot = -1;
+  for (const auto& row : in.rows) {
+    if (row.lora_slot == slot && slot >= 0) {
+      count += row.n;
+      continue;
+    }
+    if (slot >= 0) add_run(start, count, slot);
+    start = row.tok_start;
+    count = row.n;
+    slot = row.lora_slot;
+  }
+  if (slot >= 0) add_run(start, count, slot);
+  if (segs_.empty()) return;
+  dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
+  const size_t nshrink = segs_.size();
+  for (int m = 0; m < nmod; m++) {
+    const size_t first = segs_.size();
+    for (size_t i = 0; i < nshrink; i++) {
+      if (seg_module_[i].first != m) continue;
+      LoraSegment e = segs_[i];
+      e.w = seg_module_[i].second;  // Bt [R, N]
+      segs_.push_back(e);
+    }
+    const int n = int(segs_.size() - first);
+    if (n > 0) dev_->lora_expand(lora_tmp_.data(), ldt, ns[m], segs_.data() + first, n, ys[m], lds[m]);
+    segs_.resize(first);
+  }
+}
+
+Status LlamaModel::step(const StepInput& in) {
+  LOOM_RETURN_IF_ERROR(validate(in));
+  const int64_t T = in.num_tokens, H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
+  const int64_t QD = cfg_.heads * D, KD = cfg_.kv_heads * D, W = QD + 2 * KD, V = cfg_.vocab;
+  const int64_t bs = opt_.kv_block_size;
+
+  // Cache moves first (Medusa compaction), in every layer.
+  for (const auto& c : in.copies) {
+    copy_from_.resize(size_t(c.count));
+    copy_to_.resize(size_t(c.count));
+    for (int i = 0; i < c.count; i++) {
+      copy_from_[size_t(i)] = c.block_table[c.from[i] / bs] * int32_t(bs) + c.from[i] % int32_t(bs);
+      copy_to_[size_t(i)] = c.block_table[c.to[i] / bs] * int32_t(bs) + c.to[i] % int32_t(bs);
+    }
+    for (int64_t l = 0; l < cfg_.layers; l++)
+      dev_->kv_copy(copy_from_.data(), copy_to_.data(), c.count, KD, kcache_[size_t(l)].data(), vcache_[size_t(l)].data());
+  }
+  if (T == 0) return Status::Ok();
+
+  // Per-token cache slots, attention rows, RoPE tables (angles in double: positions can be large).
+  attn_rows_.clear();
+  for (const auto& row : in.rows) {
+    for (int i = 0; i < row.n; i++) {
+      const int64_t c = int64_t(row.cache_len) + i;
+      kv_slots_[size_t(row.tok_start + i)] = int32_t(row.block_table[c / bs] * bs + c % bs);
+    }
+    attn_rows_.push_back({row.tok_start, row.n, row.cache_len, row.block_table, row.tree_mask});
+  }
+  const int64_t half = D / 2;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < half; i++) {
+      const double angle = double(in.positions[t]) * inv_freq_[size_t(i)];
+      cos_[size_t(t * half + i)] = float(std::cos(angle));
+      sin_[size_t(t * half + i)] = float(std::sin(angle));
+    }
+  const AttnShape shape{int32_t(cfg_.heads), int32_t(cfg_.kv_heads), int32_t(D), int32_t(bs),
+                        float(1.0 / std::sqrt(double(D)))};
+
+  float* x = x_.data();      // [T, H] residual stream
+  float* xn = xn_.data();    // [T, H] normed input of a block
+  float* qkv = qkv_.data();  // [T, QD + 2 KD]: q | k | v
+  dev_->embedding(in.tokens, T, embed_, x);
+
+  for (int64_t l = 0; l < cfg_.layers; l++) {
+    const Layer& L = layers_[size_t(l)];
+    // Attention block.
+    dev_->rmsnorm(x, T, H, H, L.in_norm.data(), cfg_.rms_eps, xn, H);
+    const MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
+                                   {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
+                                   {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
+    dev_->matmul(xn, T, H, qkv_jobs, 3, false);
+    {
+      const int mods[3] = {kQ, kK, kV};
+      float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
+      const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
+      lora_pass(in, int(l), mods, 3, xn, H, H, ys, lds, ns);
+    }
+    dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
+    dev_->rope(qkv + QD, T, W, int(cfg_.kv_heads), int(D), cos_.data(), sin_.data());
+    float* kc = kcache_[size_t(l)].data();
+    float* vc = vcache_[size_t(l)].data();
+    dev_->kv_store(qkv + QD, qkv + QD + KD, T, W, kv_slots_.data(), KD, kc, vc);
+    dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
+    const MatmulJob o_job{L.o, nullptr, x, H};
+    dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn)
+    {
+      const int mods[1] = {kO};
+      float* ys[1] = {x};
+      const int64_t lds[1] = {H}, ns[1] = {H};
+      lora_pass(in, int(l), mods, 1, attn_.data(), QD, QD, ys, lds, ns);
+    }
+    // MLP block.
+    dev_->rmsnorm(x, T, H, H, L.post_norm.data(), cfg_.rms_eps, xn, H);
+    const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
+    dev_->matmul(xn, T, H, gu_jobs, 2, false);
+    {
+      const int mods[2] = {kGate, kUp};
+      float* ys[2] = {gate_.data(), up_.data()};
+      const int64_t lds[2] = {I, I}, ns[2] = {I, I};
+      lora_pass(in, int(l), mods, 2, xn, H, H, ys, lds, ns);
+    }
+    dev_->silu_mul(gate_.data(), up_.data(), T * I, act_.data());
+    const MatmulJob down_job{L.down, nullptr, x, H};
+    dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act)
+    {
+      const int mods[1] = {kDown};
+      float* ys[1] = {x};
+      const int64_t lds[1] = {H}, ns[1] = {H};
+      lora_pass(in, int(l), mods, 1, act_.data(), I, I, ys, lds, ns);
+    }
+  }
+
+  // LM head only on the requested rows: gather, final norm, project. [L, H] -> [L, V]
+  int64_t nlog = 0;
+  for (const auto& row : in.rows)
+    for (int i = 0; i < row.logit_count; i++)
+      std::memcpy(head_x_.data() + (nlog++) * H, x + int64_t(row.tok_start + row.logit_idx[i]) * H, size_t(H) * 4);
+  if (nlog > 0) {
+    dev_->rmsnorm(head_x_.data(), nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x_.data(), H);
+    const MatmulJob head{lm_head_, nullptr, in.logits, V};
+    dev_->matmul(head_x_.data(), nlog, H, &head, 1, false);
+  }
+
+  // Medusa heads on the final-normed hidden states: x_h += SiLU(W x_h + b) per block, then a head.
+  float* out = in.medusa_logits;
+  for (const auto& row : in.rows) {
+    if (row.medusa_count == 0) continue;
+    const Slot& s = *slots_[size_t(row.medusa_slot)];
+    const int64_t M = row.medusa_count, NH = int64_t(s.medusa.size());
+    float* hidden = head_x_.data();  // [M, H]
+    for (int64_t i = 0; i < M; i++)
+      std::memcpy(hidden + i * H, x + int64_t(row.tok_start + row.medusa_idx[i]) * H, size_t(H) * 4);
+    dev_->rmsnorm(hidden, M, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
+    for (int64_t h = 0; h < NH; h++) {
+      const MedusaHeadSlot& hs = s.medusa[size_t(h)];
+      float* xh = head_t_.data();  // [M, H]
+      std::memcpy(xh, hidden, size_t(M * H) * 4);
+      for (int b = 0; b < s.medusa_layers; b++) {
+        const MatmulJob job{{hs.w[size_t(b)].data(), DType::F32, H, H}, hs.b[size_t(b)].data(), xn, H};
+        dev_->matmul(xh, M, H, &job, 1, false);
+        dev_->silu_residual(xn, M * H, xh);
+      }
+      const WeightView lm = hs.lm_head.empty() ? lm_head_ : WeightView{hs.lm_head.data(), DType::F32, V, H};
+      const MatmulJob job{lm, nullptr, out + h * V, NH * V};  // out [M, NH, V]
+      dev_->matmul(xh, M, H, &job, 1, false);
+    }
+    out += M * NH * V;
+  }
+  return Status::Ok();
+}
+
+}  // namespace loom

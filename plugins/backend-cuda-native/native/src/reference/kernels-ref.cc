@@ -1,0 +1,168 @@
+// Scalar reference kernels: the ground truth for the optimized CPU kernels (selftest/) and, later,
+// the CUDA kernels. Straight loops that mirror each op's "Semantics:" line in kernels/kernels.h;
+// sums are accumulated in double so the reference is at least as accurate as what it checks.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace loom {
+namespace {
+
+class ReferenceDevice final : public Device {
+ public:
+  const char* name() const override { return "reference"; }
+
+  void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
+    for (int j = 0; j < njobs; j++) {
+      const MatmulJob& job = jobs[j];
+      const int64_t K = job.w.cols;
+      for (int64_t t = 0; t < T; t++) {
+        for (int64_t n = 0; n < job.w.rows; n++) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * load_weight(job.w.data, job.w.dtype, n * K + k);
+          if (job.bias) acc += job.bias[n];
+          float* y = &job.y[t * job.ldy + n];
+          *y = accumulate ? float(*y + acc) : float(acc);
+        }
+      }
+    }
+  }
+
+  void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+               int64_t ldy) override {
+    for (int64_t t = 0; t < T; t++) {
+      double ss = 0;
+      for (int64_t i = 0; i < H; i++) ss += double(x[t * ldx + i]) * x[t * ldx + i];
+      double r = 1.0 / std::sqrt(ss / double(H) + eps);
+      for (int64_t i = 0; i < H; i++) y[t * ldy + i] = float(x[t * ldx + i] * r * w[i]);
+    }
+  }
+
+  void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override {
+    const int half = D / 2;
+    for (int64_t t = 0; t < T; t++)
+      for (int h = 0; h < heads; h++) {
+        float* v = x + t * ldx + int64_t(h) * D;
+        for (int i = 0; i < half; i++) {
+          double a = v[i], b = v[i + half], c = cos[t * half + i], s = sin[t * half + i];
+          v[i] = float(a * c - b * s);
+          v[i + half] = float(b * c + a * s);
+        }
+      }
+  }
+
+  void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < table.cols; i++)
+        y[t * table.cols + i] = load_weight(table.data, table.dtype, int64_t(ids[t]) * table.cols + i);
+  }
+
+  void silu_mul(const float* gate, const float* up, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n; i++) y[i] = float(double(gate[i]) / (1.0 + std::exp(-double(gate[i]))) * up[i]);
+  }
+
+  void silu_residual(const float* t, int64_t n, float* y) override {
+    for (int64_t i = 0; i < n; i++) y[i] = float(y[i] + double(t[i]) / (1.0 + std::exp(-double(t[i]))));
+  }
+
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, float* kc,
+                float* vc) override {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t e = 0; e < E; e++) {
+        kc[int64_t(slot[t]) * E + e] = k[t * ldk + e];
+        vc[int64_t(slot[t]) * E + e] = v[t * ldk + e];
+      }
+  }
+
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) override {
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t e = 0; e < E; e++) {
+        kc[int64_t(to[i]) * E + e] = kc[int64_t(from[i]) * E + e];
+        vc[int64_t(to[i]) * E + e] = vc[int64_t(from[i]) * E + e];
+      }
+  }
+
+  void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows, int nrows,
+                 const AttnShape& s, float* out) override {
+    const int D = s.head_dim, group = s.num_heads / s.num_kv_heads;
+    const int64_t E = int64_t(s.num_kv_heads) * D;
+    for (int r = 0; r < nrows; r++) {
+      const AttnRow& row = rows[r];
+      const int total = row.cache_len + row.n;
+      std::vector<double> score(total);
+      std::vector<char> seen(total);
+      for (int i = 0; i < row.n; i++)
+        for (int h = 0; h < s.num_heads; h++) {
+          const int g = h / group;
+          const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
+          double mx = -INFINITY;
+          for (int c = 0; c < total; c++) {
+            const int j = c - row.cache_len;
+            seen[c] = c < row.cache_len || (row.tree_mask ? row.tree_mask[i * row.n + j] != 0 : j <= i);
+            if (!seen[c]) continue;
+            const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
+            double dot = 0;
+            for (int d = 0; d < D; d++) dot += double(qv[d]) * kc[slot * E + int64_t(g) * D + d];
+            score[c] = dot * s.scale;
+            if (score[c] > mx) mx = score[c];
+          }
+          double sum = 0;
+          for (int c = 0; c < total; c++)
+            if (seen[c]) sum += (score[c] = std::exp(score[c] - mx));
+          float* o = out + int64_t(row.tok_start + i) * s.num_heads * D + int64_t(h) * D;
+          for (int d = 0; d < D; d++) {
+            double acc = 0;
+            for (int c = 0; c < total; c++) {
+              if (!seen[c]) continue;
+              const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
+              acc += score[c] * vc[slot * E + int64_t(g) * D + d];
+            }
+            o[d] = sum > 0 ? float(acc / sum) : 0.0f;
+          }
+        }
+    }
+  }
+
+  void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
+                   int64_t ldt) override {
+    for (int s = 0; s < nsegs; s++)
+      for (int t = segs[s].tok_start; t < segs[s].tok_start + segs[s].tok_count; t++)
+        for (int r = 0; r < segs[s].rank; r++) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * segs[s].w[int64_t(r) * K + k];
+          tmp[t * ldt + segs[s].col + r] = float(acc);
+        }
+  }
+
+  void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
+                   int64_t ldy) override {
+    for (int s = 0; s < nsegs; s++)
+      for (int t = segs[s].tok_start; t < segs[s].tok_start + segs[s].tok_count; t++)
+        for (int64_t n = 0; n < N; n++) {
+          double acc = 0;
+          for (int r = 0; r < segs[s].rank; r++)
+            acc += double(tmp[t * ldt + segs[s].col + r]) * segs[s].w[int64_t(r) * N + n];
+          y[t * ldy + n] = float(y[t * ldy + n] + segs[s].scale * acc);
+        }
+  }
+
+  void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
+    for (int64_t t = 0; t < T; t++) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < V; i++)
+        if (x[t * ld + i] > x[t * ld + best]) best = i;
+      out[t] = int32_t(best);
+    }
+  }
+};
+
+}  // namespace
+
+Device* reference_device() {
+  static ReferenceDevice device;
+  return &device;
+}
+
+}  // namespace loom
