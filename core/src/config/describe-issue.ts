@@ -88,12 +88,19 @@ export function describeIssue(issue: Issue, options: DescribeOptions): IssueDesc
       expected = `is invalid: ${issue.message}`
   }
   const rendered = formatKeyPath(path, options.prefix)
-  const fromEnv = options.substituted?.get(rendered)
-  const received =
-    fromEnv !== undefined
-      ? `the value of ${fromEnv.map((name) => `\${${name}}`).join(' + ')}`
-      : describeValue(valueAt(options.input, path))
-  return { path: rendered, expected, received }
+  return { path: rendered, expected, received: describeReceived(rendered, valueAt(options.input, path), options) }
+}
+
+/** The value found, unless it is (or contains) a substituted `${VAR}`: then only the variable's name. */
+function describeReceived(rendered: string, value: unknown, options: DescribeOptions): string {
+  const exact = options.substituted?.get(rendered)
+  const list = (names: readonly string[]): string => [...new Set(names)].map((name) => `\${${name}}`).join(', ')
+  if (exact !== undefined) return `the value of ${list(exact)}`
+  const nested = [...(options.substituted ?? [])]
+    .filter(([key]) => key.startsWith(`${rendered}.`) || key.startsWith(`${rendered}[`))
+    .flatMap(([, names]) => names)
+  if (nested.length > 0) return `a value that uses ${list(nested)}`
+  return describeValue(value)
 }
 
 function typeName(expected: string): string {

@@ -76,6 +76,7 @@ export function parseConfig(text: string, file: string, options: LoadConfigOptio
     adapters: { ...parsed.data.adapters, cache_dir: path.resolve(dir, parsed.data.adapters.cache_dir) },
     file,
     dir,
+    fromEnv: substituted,
   }
   // The one place a ValidConfig is minted.
   return deepFreeze(config) as unknown as ValidConfig

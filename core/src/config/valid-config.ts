@@ -21,6 +21,12 @@ export type ValidConfig = Frozen<RawConfig> & {
   readonly file: string
   /** Directory of the configuration file; relative paths in the file resolve against it. */
   readonly dir: string
+  /**
+   * Key paths (`plugins[1].options.headers.Authorization`) whose value came from `${VAR}`
+   * substitution, with the variables used. Errors name the variable instead of echoing the value,
+   * which may be a secret.
+   */
+  readonly fromEnv: ReadonlyMap<string, readonly string[]>
   readonly [validConfigBrand]: true
 }
 

@@ -76,32 +76,39 @@ export async function createServerContainer(
 ): Promise<ServerContainer> {
   const plugins = await loadPlugins(config, logger, options)
   const child = globalContainer.createChildContainer()
-  child.register(ServerConfig, { useValue: config })
-  child.register(ServerLogger, { useValue: logger })
-  for (const provision of plugins.provisions) child.register(provision.token, { useValue: provision.implementation })
-
-  const facts = serverFacts(config)
-  const provided = new Set(plugins.provisions.map((p) => p.contract))
-  for (const contract of ['TemplateEngine', 'TokenizerLoader'] as const) {
-    const factory = options.defaults?.[contract]
-    if (factory !== undefined && !provided.has(contract)) {
-      child.register(CONTRACT_TOKENS[contract], { useValue: factory(facts) })
-    }
-  }
-
   const sources = new Map<string, AdapterSource>()
   const checkers = new Map<string, AuthChecker>()
-  for (const provision of plugins.provisions) {
-    if (provision.contract === 'AdapterSource') {
-      const source = provision.implementation as AdapterSource
-      sources.set(source.name, source)
-    } else if (provision.contract === 'AuthChecker') {
-      const checker = provision.implementation as AuthChecker
-      checkers.set(checker.source, checker)
+  try {
+    child.register(ServerConfig, { useValue: config })
+    child.register(ServerLogger, { useValue: logger })
+    for (const provision of plugins.provisions) child.register(provision.token, { useValue: provision.implementation })
+
+    const facts = serverFacts(config)
+    const provided = new Set(plugins.provisions.map((p) => p.contract))
+    for (const contract of ['TemplateEngine', 'TokenizerLoader'] as const) {
+      const factory = options.defaults?.[contract]
+      if (factory !== undefined && !provided.has(contract)) {
+        child.register(CONTRACT_TOKENS[contract], { useValue: factory(facts) })
+      }
     }
-  }
-  for (const source of checkers.keys()) {
-    if (!sources.has(source)) logger.warn({ source }, 'an AuthChecker guards an adapter_source no plugin provides')
+
+    for (const provision of plugins.provisions) {
+      if (provision.contract === 'AdapterSource') {
+        const source = provision.implementation as AdapterSource
+        sources.set(source.name, source)
+      } else if (provision.contract === 'AuthChecker') {
+        const checker = provision.implementation as AuthChecker
+        checkers.set(checker.source, checker)
+      }
+    }
+    for (const source of checkers.keys()) {
+      if (!sources.has(source)) logger.warn({ source }, 'an AuthChecker guards an adapter_source no plugin provides')
+    }
+  } catch (err) {
+    // A default that fails to build must not leak what the plugins already opened.
+    await releasePlugins(plugins, logger)
+    await child.dispose()
+    throw err
   }
 
   const runtime = plugins.provisions.find((p) => p.contract === 'Backend' || p.contract === 'StepRunner')

@@ -38,7 +38,7 @@ export async function loadPlugins(
   try {
     for (const [index, entry] of config.plugins.entries()) {
       const { plugin, loaded } = await importPlugin(entry.use, index, config.dir, file)
-      const pluginOptions = parseOptions(plugin, loaded, entry.options, file)
+      const pluginOptions = parseOptions(plugin, loaded, entry.options, file, config.fromEnv)
       const own = await registerPlugin(plugin, loaded, pluginOptions, facts, logger, closeHooks, provisions)
       plugins.push(loaded)
       checkOwnProvisions(loaded, own)
@@ -86,12 +86,18 @@ async function importPlugin(
   return { plugin: checked, loaded }
 }
 
-function parseOptions(plugin: LoomPlugin, loaded: LoadedPlugin, raw: unknown, file: string): unknown {
+function parseOptions(
+  plugin: LoomPlugin,
+  loaded: LoadedPlugin,
+  raw: unknown,
+  file: string,
+  substituted: ReadonlyMap<string, readonly string[]>,
+): unknown {
   const parsed = plugin.options.safeParse(raw)
   if (parsed.success) return parsed.data
   // Paths are relative to `options`, so an empty issue path names `plugins[i].options` itself.
   const prefix = `plugins[${loaded.index}].options`
-  const issue = describeFirstIssue(parsed.error, { input: raw, schema: plugin.options, prefix })
+  const issue = describeFirstIssue(parsed.error, { input: raw, schema: plugin.options, prefix, substituted })
   throw new LoomError('plugin_options_invalid', { file, plugin: loaded.name, ...issue }, { param: issue.path })
 }
 

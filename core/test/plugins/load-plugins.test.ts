@@ -18,9 +18,15 @@ async function load(t: Test, plugins: string, logger = new RecordingLogger()) {
 }
 
 /** Assert that loading fails with exactly `code` and `message` (a function of the test dir for absolute paths). */
-async function rejects(t: Test, plugins: string, code: string, message: string | ((dir: string) => string)) {
+async function rejects(
+  t: Test,
+  plugins: string,
+  code: string,
+  message: string | ((dir: string) => string),
+  env: Record<string, string> = {},
+) {
   const dir = t.testdir({ ...FIXTURE_PLUGINS, 'loom.yaml': configText(plugins) })
-  const config = await loadConfig(path.join(dir, 'loom.yaml'), { env: {}, cwd: dir })
+  const config = await loadConfig(path.join(dir, 'loom.yaml'), { env, cwd: dir })
   const err = await loadPlugins(config, new RecordingLogger(), { cwd: dir }).then(
     () => t.fail('expected the plugins to be refused'),
     (e: unknown) => e,
@@ -117,6 +123,23 @@ t.test('bad plugin entries fail at start with the file, the key and the plugin',
       'loom.yaml: `plugins[1].options` (plugin fixture-source) is required; found nothing',
     ),
   )
+  t.test('option values from the environment are named, never echoed', async (t) => {
+    const env = { RETRIES: 'hunter2', TOKEN: 'sk-secret' }
+    await rejects(
+      t,
+      `${RUNTIME}  - use: ./source.ts\n    options:\n      name: files\n      retries: "\${RETRIES}"\n`,
+      'plugin_options_invalid',
+      'loom.yaml: `plugins[1].options.retries` (plugin fixture-source) must be a number; found the value of ${RETRIES}',
+      env,
+    )
+    await rejects(
+      t,
+      `${RUNTIME}  - use: ./source.ts\n    options:\n      name: files\n      auth:\n        token: Bearer \${TOKEN}\n`,
+      'plugin_options_invalid',
+      'loom.yaml: `plugins[1].options.auth` (plugin fixture-source) is not a known key (known keys: `name`, `retries`); found a value that uses ${TOKEN}',
+      env,
+    )
+  })
   t.test('duplicate adapter_source name', (t) =>
     rejects(
       t,
