@@ -5,7 +5,9 @@ t.test('aborting the signal frees the blocks at once and ends the stream with ca
   const { engine, runner } = await startEngine({ stepDelayMs: 5, kvBlockSize: 4 })
   const controller = new AbortController()
   const other = collect(engine.submit(makeRequest({ inputIds: [1, 2, 3], maxNewTokens: 12 })))
-  const events = engine.submit(makeRequest({ inputIds: [1, 2, 3, 4, 5, 6, 7, 8, 9], maxNewTokens: 100, signal: controller.signal }))
+  const events = engine.submit(
+    makeRequest({ inputIds: [1, 2, 3, 4, 5, 6, 7, 8, 9], maxNewTokens: 100, signal: controller.signal }),
+  )
   const seen: string[] = []
   const reader = (async () => {
     for await (const event of events) seen.push(event.type)

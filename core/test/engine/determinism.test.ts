@@ -17,7 +17,11 @@ const SAMPLED: SamplingParams = {
 t.test('greedy: identical concurrent requests give identical tokens, run after run', async (t) => {
   const { engine } = await startEngine({ vocabSize: 512 })
   const run = () =>
-    Promise.all(Array.from({ length: 8 }, () => collect(engine.submit(makeRequest({ inputIds: [4, 2, 4, 2], maxNewTokens: 10 })))))
+    Promise.all(
+      Array.from({ length: 8 }, () =>
+        collect(engine.submit(makeRequest({ inputIds: [4, 2, 4, 2], maxNewTokens: 10 }))),
+      ),
+    )
   const first = (await run()).map(idsOf)
   const second = (await run()).map(idsOf)
   for (const ids of [...first, ...second]) t.same(ids, first[0])
@@ -43,7 +47,10 @@ t.test('seeded sampling: same seed alone or in a batch of 16 gives the same toke
     ),
   )
   const [mine] = await Promise.all([collect(busy.engine.submit(target())), ...neighbours])
-  t.ok(busy.runner.batches.some((rows) => rows.length >= 10), 'it really shared steps')
+  t.ok(
+    busy.runner.batches.some((rows) => rows.length >= 10),
+    'it really shared steps',
+  )
   t.same(idsOf(mine!), reference)
   await busy.engine.close()
 })
@@ -51,7 +58,15 @@ t.test('seeded sampling: same seed alone or in a batch of 16 gives the same toke
 t.test('different seeds diverge; the seed is the only source of randomness', async (t) => {
   const { engine } = await startEngine({ vocabSize: 512 })
   const withSeed = (seed: bigint) =>
-    collect(engine.submit(makeRequest({ inputIds: [1, 2, 3], maxNewTokens: 20, sampling: { ...SAMPLED, temperature: 1.5, topK: 0, topP: 1, seed } })))
+    collect(
+      engine.submit(
+        makeRequest({
+          inputIds: [1, 2, 3],
+          maxNewTokens: 20,
+          sampling: { ...SAMPLED, temperature: 1.5, topK: 0, topP: 1, seed },
+        }),
+      ),
+    )
   const a = idsOf(await withSeed(1n))
   const b = idsOf(await withSeed(2n))
   const a2 = idsOf(await withSeed(1n))

@@ -52,7 +52,10 @@ t.test('base-model requests get their own queue', async (t) => {
   const flood = Array.from({ length: 6 }, () => collect(engine.submit(makeRequest({ maxNewTokens: 2, adapter: busy }))))
   const base = collect(engine.submit(makeRequest({ maxNewTokens: 2 })))
   await Promise.all([...flood, base])
-  const admissions = runner.batches.flat().filter((r) => r.cacheLen === 0).map((r) => r.loraSlot)
+  const admissions = runner.batches
+    .flat()
+    .filter((r) => r.cacheLen === 0)
+    .map((r) => r.loraSlot)
   t.equal(admissions.indexOf(-1), 1, 'the base request is admitted second, not seventh')
   await engine.close()
 })

@@ -52,7 +52,13 @@ function mix32(x: number): number {
 }
 
 /** Logits after `history` under adapter `loraSlot` (-1: base), written to `out` at `offset`. */
-export function fakeLogitsFromHash(h: number, loraSlot: number, vocabSize: number, out: Float32Array, offset = 0): void {
+export function fakeLogitsFromHash(
+  h: number,
+  loraSlot: number,
+  vocabSize: number,
+  out: Float32Array,
+  offset = 0,
+): void {
   const key = mix32(h ^ Math.imul(loraSlot + 2, 0x9e3779b1))
   for (let v = 0; v < vocabSize; v++) {
     const x = mix32(key ^ Math.imul(v + 1, 0x85ebca6b))
@@ -192,7 +198,8 @@ export class FakeStepRunner implements StepRunner {
     for (const row of batch.rows) {
       const n = row.tokens.length
       const where = `step ${this.batches.length - 1} seq ${row.seqId}`
-      if (row.blockTable.length < Math.ceil((row.cacheLen + n) / bs)) this.violations.push(`${where}: short block table`)
+      if (row.blockTable.length < Math.ceil((row.cacheLen + n) / bs))
+        this.violations.push(`${where}: short block table`)
       for (const block of row.blockTable) {
         const other = blocksInBatch.get(block)
         if (other !== undefined && other !== row.seqId) this.violations.push(`${where}: block ${block} shared`)
@@ -210,7 +217,8 @@ export class FakeStepRunner implements StepRunner {
       }
       let next = 0
       for (let i = 0; i < n; i++) {
-        if (row.positions[i] !== row.cacheLen + i) this.violations.push(`${where}: position ${i} is ${row.positions[i]}`)
+        if (row.positions[i] !== row.cacheLen + i)
+          this.violations.push(`${where}: position ${i} is ${row.positions[i]}`)
         const slot = slotOf(row.cacheLen + i)
         this.kvTokens[slot] = row.tokens[i]!
         this.kvOwner[slot] = row.seqId

@@ -25,7 +25,9 @@ t.test('when blocks run out the newest sequence is preempted and recomputed; out
     [5, 6, 7, 8],
     [9, 10, 11, 12],
   ]
-  const results = await Promise.all(prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 12 })))))
+  const results = await Promise.all(
+    prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 12 })))),
+  )
   prompts.forEach((p, i) => {
     t.same(idsOf(results[i]!), fakeGreedy(p, -1, V, 12), `request ${i}`)
     t.equal(finishOf(results[i]!).reason, 'length')
@@ -47,14 +49,22 @@ t.test('seeded sampling survives preemption unchanged', async (t) => {
   const alone = await startEngine()
   const reference = await Promise.all(
     [0, 1, 2].map((i) =>
-      collect(alone.engine.submit(makeRequest({ inputIds: [i + 1, 2, 3], maxNewTokens: 12, sampling: { ...sampling, seed: BigInt(i) } }))),
+      collect(
+        alone.engine.submit(
+          makeRequest({ inputIds: [i + 1, 2, 3], maxNewTokens: 12, sampling: { ...sampling, seed: BigInt(i) } }),
+        ),
+      ),
     ),
   )
   await alone.engine.close()
   const tight = await startEngine({ kvBlockCount: 5, kvBlockSize: 4 })
   const results = await Promise.all(
     [0, 1, 2].map((i) =>
-      collect(tight.engine.submit(makeRequest({ inputIds: [i + 1, 2, 3], maxNewTokens: 12, sampling: { ...sampling, seed: BigInt(i) } }))),
+      collect(
+        tight.engine.submit(
+          makeRequest({ inputIds: [i + 1, 2, 3], maxNewTokens: 12, sampling: { ...sampling, seed: BigInt(i) } }),
+        ),
+      ),
     ),
   )
   t.ok(preemptedSeqIds(tight.runner.batches).size > 0, 'preemption happened')

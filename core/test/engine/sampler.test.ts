@@ -93,7 +93,8 @@ t.test('top_k, temperature, top_p, typical_p each match a direct computation', a
       { ...GREEDY, temperature: 1, typicalP: 0.05 + (trial % 19) / 20 },
       { ...GREEDY, temperature: 0.7, topK: 1 + (trial % 5) * 3, topP: 0.8, typicalP: 0.9 },
     ]
-    for (const p of params) close(t, engineWarp(logits, p), directWarp(logits, p), `V=${V} ${JSON.stringify({ ...p, seed: undefined })}`)
+    for (const p of params)
+      close(t, engineWarp(logits, p), directWarp(logits, p), `V=${V} ${JSON.stringify({ ...p, seed: undefined })}`)
   }
 })
 
@@ -147,7 +148,14 @@ t.test('frequency/presence count output tokens only; repetition covers the promp
 t.test('greedy is a single argmax, first on ties; logprob is the raw log-softmax', async (t) => {
   const sampler = new TokenSampler(4)
   const logits = Float32Array.from([0, 2, 2, 1])
-  const out = sampler.sample({ logits, offset: 0, state: new SamplingState(GREEDY, []), constraint: null, eosTokenIds: [], topLogprobs: 0 })
+  const out = sampler.sample({
+    logits,
+    offset: 0,
+    state: new SamplingState(GREEDY, []),
+    constraint: null,
+    eosTokenIds: [],
+    topLogprobs: 0,
+  })
   if (out.kind !== 'token') throw new Error(out.kind)
   t.equal(out.token.id, 1)
   const lse = Math.log([0, 2, 2, 1].reduce((s, x) => s + Math.exp(x), 0))
@@ -158,7 +166,14 @@ t.test('logprob ignores temperature and penalties', async (t) => {
   const sampler = new TokenSampler(3)
   const logits = Float32Array.from([1, 0, -1])
   const sampling = { ...GREEDY, temperature: 0.1, repetitionPenalty: 3, seed: 5n }
-  const out = sampler.sample({ logits, offset: 0, state: new SamplingState(sampling, [0]), constraint: null, eosTokenIds: [], topLogprobs: 2 })
+  const out = sampler.sample({
+    logits,
+    offset: 0,
+    state: new SamplingState(sampling, [0]),
+    constraint: null,
+    eosTokenIds: [],
+    topLogprobs: 2,
+  })
   if (out.kind !== 'token') throw new Error(out.kind)
   const lse = Math.log(Math.exp(1) + 1 + Math.exp(-1))
   t.ok(Math.abs(out.token.logprob - (logits[out.token.id]! - lse)) < 1e-6)

@@ -29,7 +29,9 @@ t.test('requests join mid-flight: a step mixes a prefill row and decode rows', a
   const [a, b] = await Promise.all([first, second])
   t.same(idsOf(a), fakeGreedy([1, 2, 3, 4], -1, V, 10))
   t.same(idsOf(b), fakeGreedy([9, 8, 7, 6, 5], -1, V, 4))
-  const mixed = runner.batches.find((rows) => rows.some((r) => r.tokens.length === 5) && rows.some((r) => r.tokens.length === 1))
+  const mixed = runner.batches.find(
+    (rows) => rows.some((r) => r.tokens.length === 5) && rows.some((r) => r.tokens.length === 1),
+  )
   t.ok(mixed, 'a step held the second prompt and the first request’s decode token')
   t.same(runner.violations, [])
   await engine.close()
@@ -38,7 +40,9 @@ t.test('requests join mid-flight: a step mixes a prefill row and decode rows', a
 t.test('submits in the same tick share the first step', async (t) => {
   const { engine, runner } = await startEngine()
   const prompts = [[1, 2], [3, 4, 5], [6]]
-  const results = await Promise.all(prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 3 })))))
+  const results = await Promise.all(
+    prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 3 })))),
+  )
   t.equal(runner.batches[0]!.length, 3)
   prompts.forEach((p, i) => t.same(idsOf(results[i]!), fakeGreedy(p, -1, V, 3)))
   await engine.close()
@@ -60,7 +64,9 @@ t.test('long prompts are prefilled in chunks within maxBatchPrefillTokens', asyn
     'logit indices only on the last chunk',
   )
   for (const batch of runner.batches) {
-    const prefill = batch.filter((r) => r.cacheLen === 0 || r.tokens.length > 1).reduce((s, r) => s + r.tokens.length, 0)
+    const prefill = batch
+      .filter((r) => r.cacheLen === 0 || r.tokens.length > 1)
+      .reduce((s, r) => s + r.tokens.length, 0)
     t.ok(prefill <= 4, 'prefill budget respected')
   }
   t.same(runner.violations, [])
@@ -86,7 +92,9 @@ t.test('the prefill budget is shared: a second prompt waits for budget, decode r
 t.test('maxBatchSize bounds the rows of every step', async (t) => {
   const { engine, runner } = await startEngine({}, { maxBatchSize: 2 })
   const prompts = [[1], [2], [3], [4], [5]]
-  const results = await Promise.all(prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 4 })))))
+  const results = await Promise.all(
+    prompts.map((p) => collect(engine.submit(makeRequest({ inputIds: p, maxNewTokens: 4 })))),
+  )
   for (const batch of runner.batches) t.ok(batch.length <= 2)
   prompts.forEach((p, i) => t.same(idsOf(results[i]!), fakeGreedy(p, -1, V, 4)))
   await engine.close()
@@ -116,7 +124,9 @@ t.test('prefill logprobs: event order and values, also across chunks', async (t)
   for (const budget of [4096, 3]) {
     const { engine } = await startEngine({}, { maxBatchPrefillTokens: budget })
     const prompt = [7, 3, 9, 2, 8, 1, 6]
-    const events = await collect(engine.submit(makeRequest({ inputIds: prompt, maxNewTokens: 2, prefillLogprobs: true })))
+    const events = await collect(
+      engine.submit(makeRequest({ inputIds: prompt, maxNewTokens: 2, prefillLogprobs: true })),
+    )
     t.same(
       events.map((e) => e.type),
       ['prefill', 'tokens', 'tokens', 'finish'],
