@@ -8,6 +8,7 @@ import {
   writeSafetensors,
   type BuildLoraOptions,
   type HfModelConfig,
+  type TensorToWrite,
 } from '@loom/testkit'
 import { readLoraAdapter } from '../../src/adapters/read-lora.ts'
 import { LoomError } from '../../src/errors/index.ts'
@@ -188,7 +189,7 @@ t.test('weight file problems', async (t) => {
     fragment: string,
   ): Promise<void> => {
     const dir = await adapter(t, {})
-    const all: Parameters<typeof writeSafetensors>[1] = {}
+    const all: Record<string, TensorToWrite> = {}
     for (const [name, [shape, data]] of Object.entries(tensors)) {
       all[name] = { dtype: 'F32', shape, data: data instanceof Float32Array ? data : new Float32Array(data) }
     }
