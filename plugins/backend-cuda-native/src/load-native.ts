@@ -1,0 +1,152 @@
+/**
+ * Loads the compiled addon (`build/Release/loom_native.node`) and describes its JS surface.
+ * A missing or unloadable binary becomes one `native_addon_missing` error listing causes and fixes.
+ */
+import { existsSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { LoomError } from '@loom/core'
+
+/** A tensor of a safetensors file, as the addon's `load` expects it. */
+export interface NativeTensor {
+  readonly name: string
+  /** Index into `files`. */
+  readonly file: number
+  /** Absolute byte offset of the data in the file. */
+  readonly offset: number
+  readonly nbytes: number
+  /** 0 float32, 1 float16, 2 bfloat16. */
+  readonly dtype: number
+  readonly shape: readonly number[]
+}
+
+/** Checked model facts in the addon's vocabulary (camelCase numbers and flags). */
+export interface NativeModelConfig {
+  readonly vocabSize: number
+  readonly hiddenSize: number
+  readonly intermediateSize: number
+  readonly numLayers: number
+  readonly numHeads: number
+  readonly numKvHeads: number
+  readonly headDim: number
+  readonly maxPositions: number
+  readonly rmsNormEps: number
+  readonly ropeTheta: number
+  /** 0 none, 1 linear, 2 llama3. */
+  readonly ropeScaling: number
+  readonly ropeFactor: number
+  readonly ropeLowFreqFactor: number
+  readonly ropeHighFreqFactor: number
+  readonly ropeOriginalMaxPositions: number
+  readonly tieWordEmbeddings: boolean
+  readonly attentionBias: boolean
+}
+
+export interface NativeRuntimeOptions {
+  readonly threads: number
+  readonly kvBlocks: number
+  readonly kvBlockSize: number
+  readonly maxBatchTokens: number
+  readonly adapterSlots: number
+  readonly maxLoraRank: number
+}
+
+export interface NativeLoraModule {
+  readonly layer: number
+  /** Index in `LORA_MODULES`. */
+  readonly module: number
+  readonly rank: number
+  readonly scale: number
+  /** `[rank, in]` */
+  readonly a: Float32Array
+  /** `[out, rank]` */
+  readonly b: Float32Array
+}
+
+export interface NativeMedusaHead {
+  readonly weights: readonly Float32Array[]
+  readonly biases: readonly Float32Array[]
+  readonly lmHead?: Float32Array
+}
+
+/** The packed step layout documented at `Runtime::Step` in native/src/binding.cc. */
+export interface NativePackedStep {
+  readonly tokens: Int32Array
+  readonly positions: Int32Array
+  readonly rows: Int32Array
+  readonly blockTables: Int32Array
+  readonly masks: Uint8Array
+  readonly indices: Int32Array
+  readonly copies: Int32Array
+  readonly copyData: Int32Array
+  readonly logits: Float32Array
+  readonly medusaLogits: Float32Array
+}
+
+/** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */
+export interface NativeRuntime {
+  load(desc: {
+    config: NativeModelConfig
+    options: NativeRuntimeOptions
+    files: readonly string[]
+    tensors: readonly NativeTensor[]
+  }): Promise<{ dtype: string; threads: number }>
+  loadLora(slot: number, modules: readonly NativeLoraModule[]): Promise<void>
+  loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
+  unload(slot: number): void
+  step(packed: NativePackedStep): Promise<void>
+  close(): void
+}
+
+/** Result of comparing the cpu kernels with the scalar reference kernels. */
+export interface KernelSelfTestResult {
+  readonly ok: boolean
+  readonly cases: number
+  readonly failures: number
+  /** Largest `|x-ref| / (atol + rtol·|ref|)` seen; at most 1 passes. */
+  readonly worstRatio: number
+  readonly worstCase: string
+  /** One line per op family with its worst error. */
+  readonly report: string
+}
+
+export interface NativeAddon {
+  readonly Runtime: new () => NativeRuntime
+  kernelSelfTest(seed: number, threads: number): Promise<KernelSelfTestResult>
+  /** Devices compiled in, comma-separated (`cpu`). */
+  readonly devices: string
+}
+
+const pluginDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+/** Where the build puts the addon. */
+export const ADDON_PATH = path.join(pluginDir, 'build', 'Release', 'loom_native.node')
+
+let cached: NativeAddon | undefined
+
+/** Load the addon once per process. Throws `native_addon_missing` with causes and fixes. */
+export function loadNative(): NativeAddon {
+  if (cached) return cached
+  const fix = 'run `node plugins/backend-cuda-native/scripts/build.mjs` (needs a C++17 compiler, make and python3)'
+  if (!existsSync(ADDON_PATH)) {
+    throw new LoomError('native_addon_missing', {
+      detail:
+        `${ADDON_PATH} does not exist. Likely causes: the package was installed with --ignore-scripts, ` +
+        `or its postinstall build failed (no C++ compiler, make or python3). Fix: ${fix}.`,
+    })
+  }
+  try {
+    cached = createRequire(import.meta.url)(ADDON_PATH) as NativeAddon
+    return cached
+  } catch (err) {
+    throw new LoomError(
+      'native_addon_missing',
+      {
+        detail:
+          `${ADDON_PATH} exists but cannot be loaded (${(err as Error).message}). Likely causes: it was built ` +
+          `for another Node.js version or CPU (it needs AVX2/FMA/F16C), or a shared library is missing. Fix: ${fix}.`,
+      },
+      { cause: err },
+    )
+  }
+}

@@ -1,0 +1,200 @@
+/**
+ * `StepRunner` over the native C++ runtime (`cpu` device). Converts contract types into the
+ * addon's typed-array layout, tracks which adapter slots are free, and turns native failures
+ * (errors carrying a Loom code) into `LoomError`s.
+ */
+import {
+  LORA_MODULES,
+  LoomError,
+  isLoomError,
+  type ErrorCode,
+  type LoraWeights,
+  type MedusaWeights,
+  type ModelSpec,
+  type StepBatch,
+  type StepOutput,
+  type StepRunner,
+} from '@loom/core'
+import { loadNative, type NativeLoraModule, type NativeRuntime } from './load-native.ts'
+import { readModelConfig, type ParsedModelConfig } from './model-config.ts'
+import { defaultThreads, nativeOptionsSchema, type NativeOptions, type NativeOptionsInput } from './runner-options.ts'
+import { indexSafetensors } from './safetensors-index.ts'
+import { packStep } from './step-packer.ts'
+
+/** Convert an error from the addon (an Error with a registry `code`) into a LoomError. */
+function fromNative(err: unknown, params: Record<string, string>): LoomError {
+  if (isLoomError(err)) return err
+  const e = err as Error & { code?: string }
+  const detail = e?.message ?? String(err)
+  switch (e?.code) {
+    case 'model_invalid':
+      return new LoomError('model_invalid', { path: params.path ?? '', detail }, { cause: err })
+    case 'adapter_invalid':
+    case 'adapter_load_failed':
+      return new LoomError(e.code as ErrorCode, { id: params.id ?? '', detail }, { cause: err })
+    case 'backend_not_ready':
+      return new LoomError('backend_not_ready', {}, { cause: err })
+    default:
+      return new LoomError('native_error', { detail }, { cause: err })
+  }
+}
+
+export class NativeStepRunner implements StepRunner {
+  readonly modelPath: string
+  readonly options: NativeOptions
+  private runtime: NativeRuntime | null = null
+  private spec: ModelSpec | null = null
+  private config: ParsedModelConfig | null = null
+  /** Per slot: null when free, else what it holds (Medusa: its head count). */
+  private readonly slots: ({ kind: 'lora' } | { kind: 'medusa'; heads: number } | { kind: 'loading' } | null)[] = []
+  private inflight: Promise<unknown> = Promise.resolve()
+  private closed = false
+
+  /**
+   * @param modelPath a Hugging Face model folder (`config.json` + safetensors).
+   * @param options the plugin's options (snake_case); absent keys take their defaults.
+   */
+  constructor(modelPath: string, options: NativeOptionsInput = {}) {
+    this.modelPath = modelPath
+    this.options = nativeOptionsSchema.parse(options)
+  }
+
+  async load(): Promise<ModelSpec> {
+    if (this.spec) return this.spec
+    if (this.closed) throw new LoomError('server_closing')
+    const addon = loadNative()
+    const config = readModelConfig(this.modelPath)
+    const index = indexSafetensors(this.modelPath)
+    const o = this.options
+    const kvBytesPerToken = config.numLayers * 2 * config.numKvHeads * config.headDim * 4
+    const kvTokens = o.kv_cache_tokens ?? Math.floor((o.kv_cache_mb * 1024 * 1024) / kvBytesPerToken)
+    const kvBlocks = Math.max(1, Math.ceil(kvTokens / o.kv_block_size))
+    const runtime = new addon.Runtime()
+    try {
+      const loaded = await runtime.load({
+        config,
+        options: {
+          threads: o.threads ?? defaultThreads(),
+          kvBlocks,
+          kvBlockSize: o.kv_block_size,
+          maxBatchTokens: o.max_batch_tokens,
+          adapterSlots: o.adapter_slots,
+          maxLoraRank: o.max_lora_rank,
+        },
+        files: index.files,
+        tensors: index.tensors,
+      })
+      this.runtime = runtime
+      this.config = config
+      this.slots.length = o.adapter_slots
+      this.slots.fill(null)
+      this.spec = {
+        architecture: config.architecture,
+        dtype: loaded.dtype,
+        device: o.device,
+        vocabSize: config.vocabSize,
+        hiddenSize: config.hiddenSize,
+        intermediateSize: config.intermediateSize,
+        numLayers: config.numLayers,
+        numHeads: config.numHeads,
+        numKvHeads: config.numKvHeads,
+        headDim: config.headDim,
+        maxContextLength: Math.min(config.maxPositions, kvBlocks * o.kv_block_size, o.max_context_length ?? Infinity),
+        kvBlockSize: o.kv_block_size,
+        kvBlockCount: kvBlocks,
+        adapterSlots: o.adapter_slots,
+        maxLoraRank: o.max_lora_rank,
+      }
+      return this.spec
+    } catch (err) {
+      runtime.close()
+      throw fromNative(err, { path: this.modelPath })
+    }
+  }
+
+  async loadAdapter(weights: LoraWeights | MedusaWeights): Promise<number> {
+    const runtime = this.ready()
+    const slot = this.slots.indexOf(null)
+    if (slot < 0) throw new LoomError('adapter_slots_full', { slots: this.slots.length })
+    this.slots[slot] = { kind: 'loading' }
+    try {
+      if (weights.kind === 'lora') {
+        await runtime.loadLora(slot, this.loraModules(weights))
+        this.slots[slot] = { kind: 'lora' }
+      } else {
+        const heads = weights.heads.map((h) => ({
+          weights: h.blocks.map((b) => b.weight),
+          biases: h.blocks.map((b) => b.bias),
+          ...(h.lmHead ? { lmHead: h.lmHead } : {}),
+        }))
+        await runtime.loadMedusa(slot, weights.numLayers, heads)
+        this.slots[slot] = { kind: 'medusa', heads: weights.numHeads }
+      }
+      return slot
+    } catch (err) {
+      this.slots[slot] = null
+      throw fromNative(err, { id: weights.key })
+    }
+  }
+
+  private loraModules(weights: LoraWeights): NativeLoraModule[] {
+    const config = this.config!
+    if (weights.layers.length > config.numLayers)
+      throw new LoomError('adapter_invalid', {
+        id: weights.key,
+        detail: `adapter has ${weights.layers.length} layers; the model has ${config.numLayers}`,
+      })
+    const modules: NativeLoraModule[] = []
+    weights.layers.forEach((layer, l) => {
+      LORA_MODULES.forEach((name, m) => {
+        const w = layer[name]
+        if (w) modules.push({ layer: l, module: m, rank: w.rank, scale: w.scale, a: w.a, b: w.b })
+      })
+    })
+    return modules
+  }
+
+  async unloadAdapter(slot: number): Promise<void> {
+    const runtime = this.ready()
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.slots.length || this.slots[slot] === null) return
+    runtime.unload(slot)
+    this.slots[slot] = null
+  }
+
+  async step(batch: StepBatch): Promise<StepOutput> {
+    const runtime = this.ready()
+    const vocab = this.spec!.vocabSize
+    for (const [r, row] of batch.rows.entries()) {
+      if (row.positions.length !== row.tokens.length)
+        throw new LoomError('native_error', {
+          detail: `rows[${r}]: positions has ${row.positions.length} entries for ${row.tokens.length} tokens`,
+        })
+    }
+    const packed = packStep(batch, vocab, (slot) => {
+      const s = this.slots[slot]
+      return s && s.kind === 'medusa' ? s.heads : 0
+    })
+    const run = runtime.step(packed)
+    this.inflight = run.catch(() => undefined)
+    try {
+      await run
+    } catch (err) {
+      throw fromNative(err, {})
+    }
+    return { logits: packed.logits, medusaLogits: packed.medusaLogits }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    await this.inflight
+    this.runtime?.close()
+    this.runtime = null
+  }
+
+  private ready(): NativeRuntime {
+    if (this.closed) throw new LoomError('server_closing')
+    if (!this.runtime) throw new LoomError('backend_not_ready')
+    return this.runtime
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * Options of the native runtime: the plugin's `options:` schema (snake_case, as written in YAML)
+ * and the defaults `NativeStepRunner` applies when it is constructed directly.
+ */
+import os from 'node:os'
+import { z } from '@loom/core'
+
+export const nativeOptionsSchema = z.strictObject({
+  /** Compute device. `cuda` arrives with the CUDA kernels. */
+  device: z.enum(['cpu']).default('cpu'),
+  /** Worker threads including the caller; default `LOOM_THREADS` or every available core. */
+  threads: z.number().int().min(1).max(1024).optional(),
+  /** KV cache capacity in tokens (all sequences together). Overrides `kv_cache_mb`. */
+  kv_cache_tokens: z.number().int().min(1).optional(),
+  /** KV cache budget in MiB when `kv_cache_tokens` is not set. */
+  kv_cache_mb: z.number().positive().default(512),
+  /** Token slots per KV block. */
+  kv_block_size: z.number().int().min(1).max(1024).default(16),
+  /** Most tokens (prefill + decode) one step may carry; sizes the scratch arenas. */
+  max_batch_tokens: z.number().int().min(1).max(65536).default(2048),
+  /** Resident adapters (LoRA and Medusa together). */
+  adapter_slots: z.number().int().min(0).max(4096).default(32),
+  /** Largest LoRA rank a slot accepts (1..128). */
+  max_lora_rank: z.number().int().min(1).max(128).default(64),
+  /** Cap on the context length reported to the engine (default: the model's, bounded by the cache). */
+  max_context_length: z.number().int().min(1).optional(),
+})
+
+/** Validated plugin options. */
+export type NativeOptions = z.output<typeof nativeOptionsSchema>
+/** What `new NativeStepRunner(path, options)` accepts: any subset, defaults filled in. */
+export type NativeOptionsInput = z.input<typeof nativeOptionsSchema>
+
+/** Threads when the option is absent: `LOOM_THREADS`, else every core this process may use. */
+export function defaultThreads(): number {
+  const env = Number(process.env.LOOM_THREADS)
+  if (Number.isInteger(env) && env >= 1) return env
+  return typeof os.availableParallelism === 'function' ? os.availableParallelism() : os.cpus().length
+}

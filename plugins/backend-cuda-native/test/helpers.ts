@@ -1,0 +1,57 @@
+/**
+ * Test helpers: drive a NativeStepRunner like the engine does (block tables, cache lengths) and
+ * compare its logits with the float64 reference of @loom/testkit.
+ */
+import type { StepRow } from '@loom/core'
+
+/** Largest |x - ref| over the largest |ref|: the relative error of a logits vector. */
+export function relError(x: ArrayLike<number>, ref: ArrayLike<number>): number {
+  let err = 0
+  let mag = 0
+  for (let i = 0; i < ref.length; i++) {
+    err = Math.max(err, Math.abs(x[i]! - ref[i]!))
+    mag = Math.max(mag, Math.abs(ref[i]!))
+  }
+  return err / (mag || 1)
+}
+
+/** A sequence's view of the paged cache: blocks handed out by a shared counter. */
+export class TestSequence {
+  cacheLen = 0
+  readonly blocks: number[] = []
+  constructor(
+    readonly seqId: number,
+    private readonly blockSize: number,
+    private readonly alloc: () => number,
+    readonly loraSlot = -1,
+  ) {}
+
+  /** A row feeding `tokens` (positions continue the cache), with logits for the last token or all. */
+  row(tokens: number[], opts: { allLogits?: boolean; medusaSlot?: number; medusa?: number[] } = {}): StepRow {
+    const n = tokens.length
+    while (this.blocks.length * this.blockSize < this.cacheLen + n) this.blocks.push(this.alloc())
+    const row: StepRow = {
+      seqId: this.seqId,
+      tokens: Int32Array.from(tokens),
+      positions: Int32Array.from(tokens, (_, i) => this.cacheLen + i),
+      cacheLen: this.cacheLen,
+      blockTable: Int32Array.from(this.blocks),
+      loraSlot: this.loraSlot,
+      logitIndices: opts.allLogits ? Int32Array.from(tokens, (_, i) => i) : Int32Array.of(n - 1),
+      medusaSlot: opts.medusaSlot ?? -1,
+      medusaIndices: Int32Array.from(opts.medusa ?? []),
+    }
+    this.cacheLen += n
+    return row
+  }
+}
+
+/** Hands out block ids in a scrambled order so block tables are not the identity. */
+export function blockAllocator(count: number): () => number {
+  const ids = Array.from({ length: count }, (_, i) => (i * 7919) % count)
+  let next = 0
+  return () => {
+    if (next >= ids.length) throw new Error('test ran out of KV blocks')
+    return ids[next++]!
+  }
+}
