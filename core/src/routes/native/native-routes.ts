@@ -9,8 +9,8 @@ import { bearerToken } from '../bearer-token.ts'
 import { parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
 
 export interface NativeRouteDeps {
-  readonly generation: GenerationService
-  readonly limits: RequestLimits
+  /** The generation service and limits, or null while the model is loading (requests get 503). */
+  readonly state: () => { readonly generation: GenerationService; readonly limits: RequestLimits } | null
   readonly defaultSource: string
   readonly modelId: string
 }
@@ -40,13 +40,23 @@ function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeG
 /** `POST /generate` and `POST /generate_stream` in LoRAX's request and response shapes. */
 export function nativeRoutes(deps: NativeRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
+    const serving = () => {
+      const state = deps.state()
+      if (!state) throw new LoomError('backend_not_ready')
+      return state
+    }
     const parse = (body: unknown, stream: boolean, token: string | undefined) =>
-      parseGenerateBody(body, { stream, bearerToken: token, defaultSource: deps.defaultSource, limits: deps.limits })
+      parseGenerateBody(body, {
+        stream,
+        bearerToken: token,
+        defaultSource: deps.defaultSource,
+        limits: serving().limits,
+      })
 
-    app.post('/generate', async (request, reply) => {
+    app.post('/generate', { config: { generation: true } }, async (request, reply) => {
       const parsed = parse(request.body, false, bearerToken(request))
       const abort = abortOnDisconnect(reply)
-      const started = await deps.generation.start(parsed.generation, abort.signal)
+      const started = await serving().generation.start(parsed.generation, abort.signal)
       const result = await finished(started)
       setHeaders(reply, deps, parsed)
       reply.header('x-prompt-tokens', String(result.promptTokens))
@@ -67,11 +77,11 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       return body
     })
 
-    app.post('/generate_stream', { sse: 'manual' }, async (request, reply) => {
+    app.post('/generate_stream', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
       const parsed = parse(request.body, true, bearerToken(request))
       const abort = abortOnDisconnect(reply)
       // Everything that can fail with a status code fails here, before the first byte is sent.
-      const started = await deps.generation.start(parsed.generation, abort.signal)
+      const started = await serving().generation.start(parsed.generation, abort.signal)
       setHeaders(reply, deps, parsed)
       const sse = reply.sse
       try {

@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+/**
+ * `loom serve [--config PATH] [--host H] [--port P]`: load and validate the configuration, build the
+ * server, listen, then load the model (`/health` answers 503 until it is ready). Any startup
+ * failure prints one line `[code] message` and exits with status 1 before or instead of serving.
+ */
+import { chooseConfigPath, formatStartupError, loadConfig } from '../config/index.ts'
+import { LoomServer } from '../server/loom-server.ts'
+import { USAGE, parseCli } from './parse-cli.ts'
+
+async function main(): Promise<number> {
+  const command = parseCli(process.argv.slice(2), process.env)
+  if (command.command === 'help') {
+    process.stdout.write(USAGE)
+    return 0
+  }
+  const config = await loadConfig(chooseConfigPath(process.argv.slice(2), process.env, process.cwd()))
+  const server = await LoomServer.create(config)
+  let stopping = false
+  const stop = (signal: string) => {
+    if (stopping) return
+    stopping = true
+    server.logger.info({ signal }, 'shutting down: draining requests')
+    server.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        console.error(formatStartupError(err))
+        process.exit(1)
+      },
+    )
+  }
+  process.on('SIGINT', () => stop('SIGINT'))
+  process.on('SIGTERM', () => stop('SIGTERM'))
+  try {
+    await server.listen({ host: command.host, port: command.port })
+    await server.start()
+  } catch (err) {
+    await server.close().catch(() => undefined)
+    throw err
+  }
+  return -1
+}
+
+main().then(
+  (code) => {
+    if (code >= 0) process.exit(code)
+  },
+  (err: unknown) => {
+    console.error(formatStartupError(err))
+    process.exit(1)
+  },
+)

@@ -1,0 +1,204 @@
+import type { DestinationStream } from 'pino'
+import { AdapterCache } from '../adapters/adapter-cache.ts'
+import { AdapterManager } from '../adapters/adapter-manager.ts'
+import { readLoraAdapter } from '../adapters/read-lora.ts'
+import type { ValidConfig } from '../config/index.ts'
+import { createServerContainer, type ServerContainer } from '../container/index.ts'
+import type { Backend } from '../contracts/backend.ts'
+import type { LocalAdapter } from '../contracts/adapter.ts'
+import type { ModelSpec } from '../contracts/step-runner.ts'
+import { TokenizerLoader, type Tokenizer } from '../contracts/tokenizer.ts'
+import { BatchingEngine } from '../engine/index.ts'
+import { LoomError } from '../errors/index.ts'
+import { GenerationService } from '../generation/generation-service.ts'
+import type { RequestLimits } from '../generation/generation-request.ts'
+import { createHttpApp, type HttpApp, type InfoResponse } from '../http/index.ts'
+import { createLogger, type LoomLogger } from '../logging/index.ts'
+import { createMetrics } from '../metrics/index.ts'
+import { nativeRoutes } from '../routes/native/native-routes.ts'
+import { JinjaTemplateEngine } from '../templates/jinja-template-engine.ts'
+import { HfTokenizerLoader } from '../tokenizer/index.ts'
+import { LOOM_VERSION } from '../version.ts'
+import { readEosTokenIds } from './model-generation-config.ts'
+import { resolveLimits } from './resolve-limits.ts'
+
+export interface LoomServerOptions {
+  /** Where log lines go (stdout when absent); tests capture them. */
+  readonly logDestination?: DestinationStream
+}
+
+/** What the routes need once the backend is up. */
+export interface ServingState {
+  readonly generation: GenerationService
+  readonly limits: RequestLimits
+}
+
+async function readAdapterWeights(adapter: LocalAdapter, spec: ModelSpec) {
+  if (adapter.kind === 'lora') return readLoraAdapter(adapter.dir, adapter.resolved.id, spec)
+  throw new LoomError('adapter_invalid', {
+    id: adapter.resolved.id,
+    detail: 'Medusa adapters are not supported by this server yet',
+  })
+}
+
+/** A plugin's package name without scope and `backend-` prefix: `@loom/backend-cuda-native` → `cuda-native`. */
+function shortName(plugin: string): string {
+  return plugin.replace(/^@[^/]+\//, '').replace(/^backend-/, '')
+}
+
+/**
+ * One Loom server: its container and plugins, the backend, and the HTTP app. `create` builds
+ * everything that cannot fail late (config, plugins, tokenizer); `start` loads the model and opens
+ * the generation routes, while `/health` answers 503 until it is done.
+ */
+export class LoomServer {
+  readonly app: HttpApp
+  readonly backend: Backend
+  readonly logger: LoomLogger
+  readonly #container: ServerContainer
+  readonly #tokenizer: Tokenizer
+  readonly #config: ValidConfig
+  #state: ServingState | null = null
+  #starting: Promise<void> | null = null
+  #closing: Promise<void> | null = null
+
+  private constructor(parts: {
+    app: HttpApp
+    backend: Backend
+    logger: LoomLogger
+    container: ServerContainer
+    tokenizer: Tokenizer
+    config: ValidConfig
+  }) {
+    this.app = parts.app
+    this.backend = parts.backend
+    this.logger = parts.logger
+    this.#container = parts.container
+    this.#tokenizer = parts.tokenizer
+    this.#config = parts.config
+  }
+
+  static async create(config: ValidConfig, options: LoomServerOptions = {}): Promise<LoomServer> {
+    const logger = createLogger({ level: config.server.log_level, destination: options.logDestination })
+    const container = await createServerContainer(config, logger, {
+      defaults: { TemplateEngine: () => new JinjaTemplateEngine(), TokenizerLoader: () => new HfTokenizerLoader() },
+    })
+    try {
+      const tokenizer = await container.container.resolve<TokenizerLoader>(TokenizerLoader).load(config.model.path)
+      if (!tokenizer) {
+        throw new LoomError('model_invalid', { path: config.model.path, detail: 'it has no tokenizer.json' })
+      }
+      const runtime = container.backendOrRunner()
+      const runnerPlugin = container.plugins.provisions.find((p) => p.contract === 'StepRunner')?.plugin.name
+      const backend =
+        runtime.kind === 'backend'
+          ? runtime.backend
+          : new BatchingEngine({
+              runner: runtime.runner,
+              limits: {
+                maxBatchSize: config.limits.max_batch_size,
+                maxBatchPrefillTokens: config.limits.max_batch_prefill_tokens,
+                maxConcurrentRequests: config.limits.max_concurrent_requests,
+                maxTotalTokens: config.limits.max_total_tokens,
+              },
+              readAdapter: readAdapterWeights,
+              logger: logger.child({ component: 'engine' }),
+              name: shortName(runnerPlugin ?? 'step-runner'),
+            })
+      let server: LoomServer | null = null
+      const metrics = createMetrics({ sample: () => (server?.serving ? backend.stats() : undefined) })
+      const app = await createHttpApp({
+        config: { bodyLimit: config.server.body_limit },
+        isReady: () => (server?.serving ?? null) !== null,
+        info: () => server!.#info(),
+        metrics,
+        logger,
+      })
+      server = new LoomServer({ app, backend, logger, container, tokenizer, config })
+      await app.register(
+        nativeRoutes({
+          state: () => server?.serving ?? null,
+          defaultSource: config.adapters.default_source,
+          modelId: config.model.id,
+        }),
+      )
+      return server
+    } catch (err) {
+      await container.dispose()
+      throw err
+    }
+  }
+
+  /** The generation service and limits once the model is loaded; null before. */
+  get serving(): ServingState | null {
+    return this.#state
+  }
+
+  /** Load the model; resolves when generation routes accept requests. Idempotent. */
+  start(): Promise<void> {
+    this.#starting ??= this.#start()
+    return this.#starting
+  }
+
+  async #start(): Promise<void> {
+    const config = this.#config
+    await this.backend.start()
+    const limits = resolveLimits(config, this.backend.capabilities())
+    const adapters = new AdapterManager({
+      sources: this.#container.adapterSources(),
+      checkers: this.#container.authCheckers(),
+      backend: this.backend,
+      cache: new AdapterCache(config.adapters.cache_dir),
+      logger: this.logger.child({ component: 'adapters' }),
+    })
+    const generation = new GenerationService({
+      backend: this.backend,
+      tokenizer: this.#tokenizer,
+      adapters,
+      limits,
+      eosTokenIds: await readEosTokenIds(config.model.path),
+      constraints: null,
+    })
+    this.#state = { generation, limits }
+    this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
+  }
+
+  #info(): InfoResponse {
+    const caps = this.backend.capabilities()
+    const limits = this.#state!.limits
+    const config = this.#config
+    return {
+      model_id: config.model.id,
+      model_dtype: caps.dtype,
+      model_device_type: caps.device,
+      backend: caps.name,
+      max_input_length: limits.maxInputLength,
+      max_total_tokens: limits.maxTotalTokens,
+      max_batch_size: config.limits.max_batch_size,
+      max_concurrent_requests: config.limits.max_concurrent_requests,
+      max_stop_sequences: limits.maxStopSequences,
+      max_batch_prefill_tokens: config.limits.max_batch_prefill_tokens,
+      version: LOOM_VERSION,
+      adapter_sources: [...this.#container.adapterSources().keys()],
+      default_adapter_source: config.adapters.default_source,
+    }
+  }
+
+  /** Listen on `host:port` (config values unless overridden); returns the address. */
+  async listen(overrides: { host?: string; port?: number } = {}): Promise<string> {
+    return this.app.listen({
+      host: overrides.host ?? this.#config.server.host,
+      port: overrides.port ?? this.#config.server.port,
+    })
+  }
+
+  /** Stop accepting requests, drain running ones, release plugins. Idempotent. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.app.close()
+      await this.backend.close()
+      await this.#container.dispose()
+    })()
+    return this.#closing
+  }
+}
