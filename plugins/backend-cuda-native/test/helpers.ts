@@ -2,7 +2,8 @@
  * Test helpers: drive a NativeStepRunner like the engine does (block tables, cache lengths) and
  * compare its logits with the float64 reference of @loom/testkit.
  */
-import type { StepRow } from '@loom/core'
+import type { LoraWeights, StepRow } from '@loom/core'
+import type { ReferenceLora } from '@loom/testkit'
 
 /** Largest |x - ref| over the largest |ref|: the relative error of a logits vector. */
 export function relError(x: ArrayLike<number>, ref: ArrayLike<number>): number {
@@ -53,5 +54,21 @@ export function blockAllocator(count: number): () => number {
   return () => {
     if (next >= ids.length) throw new Error('test ran out of KV blocks')
     return ids[next++]!
+  }
+}
+
+/** The testkit's f64 adapter as the contract's f32 LoraWeights. */
+export function toLoraWeights(lora: ReferenceLora, key: string): LoraWeights {
+  return {
+    kind: 'lora',
+    key,
+    layers: lora.layers.map((layer) =>
+      Object.fromEntries(
+        Object.entries(layer).map(([m, w]) => [
+          m,
+          { rank: w.rank, scale: w.scale, a: Float32Array.from(w.a), b: Float32Array.from(w.b) },
+        ]),
+      ),
+    ),
   }
 }
