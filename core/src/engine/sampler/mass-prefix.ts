@@ -1,26 +1,72 @@
 import { selectSmallest, sortRange } from './select.ts'
 
+/** Below this many candidates the crossing is found by sorting (cheaper than more selection passes). */
+const SORT_BELOW = 32
+
 /**
- * Shared core of top-p and typical-p: order `ids[0, n)` by ascending `key` only as far as needed to
- * find the shortest prefix whose probability mass reaches `mass`. A token is kept while the mass of
+ * Shared core of top-p and typical-p: the length of the shortest prefix of `ids[0, n)`, in
+ * ascending `key` order, whose probability mass reaches `mass`. A token is kept while the mass of
  * the tokens before it is still below `mass` (Hugging Face's rule; at least one token is kept).
- * Returns the prefix length. Work is done in growing chunks (64, 256, …), so a peaked distribution
- * costs one selection pass plus a tiny sort.
+ *
+ * Never sorts the vocabulary: quickselect brings growing chunks (64, 256, 1024, …) of the best
+ * keys to the front; a chunk that does not reach the mass is kept whole, unsorted. The chunk where
+ * the mass is crossed is bisected with further selections until at most `SORT_BELOW` ids remain,
+ * which are sorted. Expected O(n). Afterwards `ids[0, result)` are the kept tokens, in no
+ * guaranteed order.
  */
 export function massPrefix(ids: Int32Array, n: number, key: Float64Array, prob: Float64Array, mass: number): number {
-  let sorted = 0
+  let lo = 0
   let cumulative = 0
   let chunk = 64
-  while (sorted < n) {
-    const end = Math.min(n, sorted + chunk)
-    selectSmallest(ids, sorted, n, end - sorted, key)
-    sortRange(ids, sorted, end, key)
-    for (let i = sorted; i < end; i++) {
-      if (i > 0 && cumulative >= mass) return i
-      cumulative += prob[ids[i]!]!
+  while (lo < n) {
+    const hi = Math.min(n, lo + chunk)
+    selectSmallest(ids, lo, n, hi - lo, key)
+    const chunkMass = massOf(ids, lo, hi, prob)
+    if (cumulative + chunkMass < mass && hi < n) {
+      cumulative += chunkMass
+      lo = hi
+      chunk *= 4
+      continue
     }
-    sorted = end
-    chunk *= 4
+    return crossing(ids, lo, hi, key, prob, mass, cumulative)
   }
   return n
+}
+
+/**
+ * The cut inside `ids[lo, hi)`, whose ids all have keys >= those before `lo`; `cumulative` is the
+ * mass before `lo`, still below `mass`. Returns the index of the first dropped token, or `hi`.
+ */
+function crossing(
+  ids: Int32Array,
+  lo: number,
+  hi: number,
+  key: Float64Array,
+  prob: Float64Array,
+  mass: number,
+  cumulative: number,
+): number {
+  while (hi - lo > SORT_BELOW) {
+    const mid = (lo + hi) >>> 1
+    selectSmallest(ids, lo, hi, mid - lo, key)
+    const half = massOf(ids, lo, mid, prob)
+    // Mass before `mid` reaches the target: the cut is at or before `mid`.
+    if (cumulative + half >= mass) hi = mid
+    else {
+      cumulative += half
+      lo = mid
+    }
+  }
+  sortRange(ids, lo, hi, key)
+  for (let i = lo; i < hi; i++) {
+    if (i > 0 && cumulative >= mass) return i
+    cumulative += prob[ids[i]!]!
+  }
+  return hi
+}
+
+function massOf(ids: Int32Array, lo: number, hi: number, prob: Float64Array): number {
+  let sum = 0
+  for (let i = lo; i < hi; i++) sum += prob[ids[i]!]!
+  return sum
 }

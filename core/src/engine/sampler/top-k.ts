@@ -1,25 +1,23 @@
 import type { WarpScratch } from './candidates.ts'
+import { HEAP_SELECT_MAX, kthLargestOf, partitionAtLeast } from './kth-largest.ts'
 import { selectSmallest } from './select.ts'
 
 /**
  * Keep the `k` highest logits among the candidates `ids[0, n)`, plus any token tied with the k-th
- * (Hugging Face keeps ties). Quickselect, no sort. Returns the new candidate count.
+ * (Hugging Face keeps ties). No sort: a heap pass (small k) or quickselect finds the k-th value,
+ * then one pass keeps everything at or above it. Returns the new candidate count.
  */
 export function topK(work: Float32Array, scratch: WarpScratch, n: number, k: number): number {
   if (k <= 0 || k >= n) return n
   const { ids, key } = scratch
-  for (let i = 0; i < n; i++) key[ids[i]!] = -work[ids[i]!]!
-  selectSmallest(ids, 0, n, k, key)
-  let threshold = -Infinity
-  for (let i = 0; i < k; i++) threshold = Math.max(threshold, key[ids[i]!]!)
-  let kept = k
-  for (let i = k; i < n; i++) {
-    if (key[ids[i]!]! === threshold) {
-      const tmp = ids[kept]!
-      ids[kept] = ids[i]!
-      ids[i] = tmp
-      kept++
-    }
+  let threshold: number
+  if (k <= HEAP_SELECT_MAX) {
+    threshold = kthLargestOf(work, ids, n, k, key)
+  } else {
+    for (let i = 0; i < n; i++) key[ids[i]!] = -work[ids[i]!]!
+    selectSmallest(ids, 0, n, k, key)
+    threshold = Infinity
+    for (let i = 0; i < k; i++) threshold = Math.min(threshold, work[ids[i]!]!)
   }
-  return kept
+  return partitionAtLeast(work, ids, n, threshold)
 }

@@ -1,10 +1,12 @@
 import type { TokenLogprob } from '../../contracts/sampling.ts'
 import type { WarpScratch } from './candidates.ts'
+import { HEAP_SELECT_MAX, kthLargestOf, partitionAtLeast } from './kth-largest.ts'
 import { selectSmallest, sortRange } from './select.ts'
 
 /**
- * The `count` most likely tokens of one raw logit row (most likely first) with their log-softmax,
- * `logit - logNorm`. Quickselect plus a sort of `count` ids.
+ * The `count` most likely tokens of one raw logit row (most likely first, ties by id) with their
+ * log-softmax, `logit - logNorm`. One heap pass finds the count-th logit; only the tokens at or
+ * above it are sorted.
  */
 export function topLogprobs(
   logits: Float32Array,
@@ -16,17 +18,22 @@ export function topLogprobs(
 ): TokenLogprob[] {
   const { ids, key } = scratch
   const k = Math.min(count, vocabSize)
-  for (let v = 0; v < vocabSize; v++) {
-    ids[v] = v
-    const x = logits[offset + v]!
-    key[v] = Number.isNaN(x) ? Infinity : -x
+  const row = logits.subarray(offset, offset + vocabSize)
+  for (let v = 0; v < vocabSize; v++) ids[v] = v
+  let m: number
+  if (k <= HEAP_SELECT_MAX) {
+    m = partitionAtLeast(row, ids, vocabSize, kthLargestOf(row, ids, vocabSize, k, key))
+  } else {
+    for (let v = 0; v < vocabSize; v++) key[v] = Number.isNaN(row[v]!) ? Infinity : -row[v]!
+    selectSmallest(ids, 0, vocabSize, k, key)
+    m = k
   }
-  selectSmallest(ids, 0, vocabSize, k, key)
-  sortRange(ids, 0, k, key)
+  for (let i = 0; i < m; i++) key[ids[i]!] = -row[ids[i]!]!
+  sortRange(ids, 0, m, key)
   const out: TokenLogprob[] = []
-  for (let i = 0; i < k; i++) {
+  for (let i = 0; i < Math.min(k, m); i++) {
     const id = ids[i]!
-    out.push({ id, logprob: logits[offset + id]! - logNorm })
+    out.push({ id, logprob: row[id]! - logNorm })
   }
   return out
 }
