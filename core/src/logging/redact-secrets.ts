@@ -17,7 +17,7 @@ const SECRET_JSON_FIELD =
 
 // `key: value` pairs as written in YAML, header dumps and messages (`aws_secret_access_key: abc`).
 const SECRET_COLON_FIELD =
-  /\b(aws[_-]?secret[_-]?access[_-]?key|secret[_-]?access[_-]?key|secretAccessKey|aws[_-]?session[_-]?token|sessionToken|api[_-]?token|apiToken|access[_-]?token|accessToken|x-api-key)(\s*:\s*)(?!\[Redacted\])['"]?[^\s'",}]+/gi
+  /\b(aws[_-]?secret[_-]?access[_-]?key|secret[_-]?access[_-]?key|secretAccessKey|aws[_-]?session[_-]?token|sessionToken|api[_-]?token|apiToken|access[_-]?token|accessToken|x-api-key)(\s*:\s*)(?!\[Redacted\])['"]?[^\s'",}]+['"]?/gi
 
 // Credentials in the authority part of a URL: `https://user:password@host`.
 const URL_PASSWORD = /(\b[a-z][a-z0-9+.-]*:\/\/[^/\s:@]+:)[^@\s/]+@/gi
