@@ -19,11 +19,17 @@ export interface TestServer {
 export async function startTestServer(
   dir: string,
   modelDir: string,
-  options: { adapterRoot?: string; limits?: Record<string, number>; plugins?: unknown[]; nativeOptions?: object } = {},
+  options: {
+    adapterRoot?: string
+    limits?: Record<string, number>
+    plugins?: unknown[]
+    nativeOptions?: object
+    logLevel?: string
+  } = {},
 ): Promise<TestServer> {
   await mkdir(dir, { recursive: true })
   const doc = {
-    server: { port: 0, host: '127.0.0.1', log_level: 'info' },
+    server: { port: 0, host: '127.0.0.1', log_level: options.logLevel ?? 'info' },
     model: { id: 'test-model', path: modelDir },
     limits: { max_total_tokens: 256, ...options.limits },
     adapters: { default_source: 'local', cache_dir: join(dir, 'cache') },
