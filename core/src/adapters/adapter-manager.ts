@@ -92,5 +92,8 @@ async function detectKind(dir: string, id: string): Promise<AdapterKind> {
   if (lora !== null) return 'lora'
   const config = await readFile(join(dir, 'config.json'), 'utf8').catch(() => null)
   if (config !== null && /"medusa_num_heads"/.test(config)) return 'medusa'
-  throw new LoomError('adapter_invalid', { id, detail: 'neither adapter_config.json (LoRA) nor a Medusa config.json was found' })
+  throw new LoomError('adapter_invalid', {
+    id,
+    detail: 'neither adapter_config.json (LoRA) nor a Medusa config.json was found',
+  })
 }

@@ -21,7 +21,12 @@ export function parseResponseFormat(raw: unknown, path: string): ResponseFormat 
         : { type: 'json_object', schema: expectObject(body.schema, `${path}.schema`) }
     case 'json_schema': {
       if (body.json_schema === undefined && body.schema !== undefined) {
-        return { type: 'json_schema', name: 'schema', schema: expectObject(body.schema, `${path}.schema`), strict: true }
+        return {
+          type: 'json_schema',
+          name: 'schema',
+          schema: expectObject(body.schema, `${path}.schema`),
+          strict: true,
+        }
       }
       const spec = expectObject(body.json_schema, `${path}.json_schema`)
       const name = optionalString(spec, 'name', `${path}.json_schema.name`) ?? 'schema'

@@ -68,7 +68,12 @@ export function optionalBoolean(body: Body, key: string, path: string): boolean 
   return value
 }
 
-export function optionalString(body: Body, key: string, path: string, options: { nonEmpty?: boolean } = {}): string | undefined {
+export function optionalString(
+  body: Body,
+  key: string,
+  path: string,
+  options: { nonEmpty?: boolean } = {},
+): string | undefined {
   const value = body[key]
   if (value === undefined || value === null) return undefined
   if (typeof value !== 'string') throw fieldError(path, 'must be a string', value)

@@ -57,7 +57,11 @@ t.test('mixed-adapter batches give each request its solo output', async (t) => {
   for (const r of requests) alone.push(await generate(r.inputs, r.parameters))
   const together = await Promise.all(requests.map((r) => generate(r.inputs, r.parameters)))
   for (const [i, r] of requests.entries()) {
-    t.same(together[i]!.ids, alone[i]!.ids, `${r.parameters.adapter_id ?? 'base'}: batched tokens equal solo tokens`)
+    t.same(
+      together[i]!.ids,
+      alone[i]!.ids,
+      `${(r.parameters as { adapter_id?: string }).adapter_id ?? 'base'}: batched tokens equal solo tokens`,
+    )
     t.equal(together[i]!.ids.length, 12)
   }
   // The adapters must actually change the output, or the comparison above proves little.

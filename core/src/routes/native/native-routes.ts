@@ -1,6 +1,11 @@
 import type {} from '@fastify/sse'
 import type { FastifyInstance, FastifyReply } from 'fastify'
-import type { GenerationResult, GenerationService, StartedGeneration, TextToken } from '../../generation/generation-service.ts'
+import type {
+  GenerationResult,
+  GenerationService,
+  StartedGeneration,
+  TextToken,
+} from '../../generation/generation-service.ts'
 import type { RequestLimits } from '../../generation/generation-request.ts'
 import { LoomError, isLoomError } from '../../errors/index.ts'
 import { ERRORS } from '../../errors/registry.ts'

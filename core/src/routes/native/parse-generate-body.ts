@@ -118,7 +118,9 @@ export function parseGenerateBody(
   const adapterSource = optionalString(p, 'adapter_source', at('adapter_source'), { nonEmpty: true })
   const apiToken = optionalString(p, 'api_token', at('api_token')) || options.bearerToken || undefined
   const adapter =
-    adapterId === undefined || adapterId === '' ? null : { source: adapterSource ?? options.defaultSource, id: adapterId }
+    adapterId === undefined || adapterId === ''
+      ? null
+      : { source: adapterSource ?? options.defaultSource, id: adapterId }
 
   return {
     generation: {
