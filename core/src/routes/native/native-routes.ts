@@ -7,8 +7,8 @@ import type {
   TextToken,
 } from '../../generation/generation-service.ts'
 import type { RequestLimits } from '../../generation/generation-request.ts'
-import { LoomError, isLoomError } from '../../errors/index.ts'
-import { ERRORS } from '../../errors/registry.ts'
+import { LoomError } from '../../errors/index.ts'
+import { sendStreamError } from '../../http/index.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { bearerToken } from '../bearer-token.ts'
 import { parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
@@ -63,6 +63,7 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       const abort = abortOnDisconnect(reply)
       const started = await serving().generation.start(parsed.generation, abort.signal)
       const result = await finished(started)
+      recordSuccess(reply, result)
       setHeaders(reply, deps, parsed)
       reply.header('x-prompt-tokens', String(result.promptTokens))
       reply.header('x-generated-tokens', String(result.generatedTokens))
@@ -108,18 +109,27 @@ export function nativeRoutes(deps: NativeRouteDeps) {
                 seed: seedJson(result.seed),
               }
             : null
+          recordSuccess(reply, result)
           const token = last ?? { id: -1, text: '', logprob: 0, special: true, skipped: false }
           await sse.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
         }
       } catch (err) {
-        const loom = isLoomError(err) ? err : new LoomError('generation_error', { detail: 'internal error' })
-        request.log.error({ err }, 'stream failed after it started')
-        if (sse.isConnected) await sse.send({ data: { error: loom.message, error_type: ERRORS[loom.code].nativeType } })
+        await sendStreamError(request, reply, err)
       } finally {
         abort.abort()
       }
     })
   }
+}
+
+/** Count a finished generation in `loom_request_*`. */
+function recordSuccess(reply: FastifyReply, result: GenerationResult): void {
+  reply.server.loomMetrics.requestSucceeded({
+    durationS: reply.elapsedTime / 1000,
+    inputTokens: result.promptTokens,
+    generatedTokens: result.generatedTokens,
+    skippedTokens: result.skippedTokens,
+  })
 }
 
 async function finished(started: StartedGeneration): Promise<GenerationResult> {
