@@ -41,8 +41,18 @@ class CpuDevice final : public Device {
   std::vector<int64_t> items_;
 };
 
-// Shared by matmul-cpu.cc and lora-cpu.cc: dot products of 4 f32 weight rows against up to 3
-// activation rows. out[t][i] = Σ_k w_i[k] * x_t[k].
-void dot_4rows(const float* const w[4], const float* const* x, int tn, int64_t K, float out[3][4]);
+// Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens. With
+// AVX-512VL the compiler has 32 ymm registers, so 3 × 8 accumulators fit and a batch of 8 decode
+// rows reads each weight element from memory exactly once; plain AVX2 has 16 and takes 3 × 4.
+constexpr int kRows = 3;
+#if defined(__AVX512VL__)
+constexpr int kMaxTokens = 8;
+#else
+constexpr int kMaxTokens = 4;
+#endif
+
+// Shared by matmul-cpu.cc and lora-cpu.cc: dot products of kRows f32 weight rows w[kRows] against
+// tn <= kMaxTokens activation rows x[tn]: out[t][i] = Σ_k w_i[k] * x_t[k], k < K.
+void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, float out[kMaxTokens][kRows]);
 
 }  // namespace loom

@@ -15,7 +15,7 @@
 
 namespace loom {
 namespace {
-constexpr int kShrinkChunk = 24;  // tokens per shrink work item (a multiple of the 3-token kernel)
+constexpr int kShrinkChunk = 24;  // tokens per shrink work item (a multiple of the 4-token kernel)
 }
 
 void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
@@ -34,15 +34,16 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
       const LoraSegment& seg = segs[items[it] >> 32];
       const int64_t first = seg.tok_start + (items[it] & 0xffffffff);
       const int64_t last = std::min<int64_t>(first + kShrinkChunk, seg.tok_start + seg.tok_count);
-      for (int r0 = 0; r0 < seg.rank; r0 += 4) {
-        const int nr = std::min(4, seg.rank - r0);
-        const float* w[4];
-        for (int i = 0; i < 4; i++) w[i] = seg.w + int64_t(r0 + std::min(i, nr - 1)) * K;
-        for (int64_t t = first; t < last; t += 3) {
-          const int tn = int(std::min<int64_t>(3, last - t));
-          const float* xs[3] = {x + t * ldx, x + std::min(t + 1, last - 1) * ldx, x + std::min(t + 2, last - 1) * ldx};
-          float out[3][4];
-          dot_4rows(w, xs, tn, K, out);
+      for (int r0 = 0; r0 < seg.rank; r0 += kRows) {
+        const int nr = std::min(kRows, seg.rank - r0);
+        const float* w[kRows];
+        for (int i = 0; i < kRows; i++) w[i] = seg.w + int64_t(r0 + std::min(i, nr - 1)) * K;
+        for (int64_t t = first; t < last; t += kMaxTokens) {
+          const int tn = int(std::min<int64_t>(kMaxTokens, last - t));
+          const float* xs[kMaxTokens];
+          for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, last - 1) * ldx;
+          float out[kMaxTokens][kRows];
+          dot_rows(w, xs, tn, K, out);
           for (int r = 0; r < tn; r++)
             for (int i = 0; i < nr; i++) tmp[(t + r) * ldt + seg.col + r0 + i] = out[r][i];
         }
