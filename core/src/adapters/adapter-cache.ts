@@ -1,60 +1,111 @@
 import { randomBytes } from 'node:crypto'
 import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { AdapterSource, SourceContext } from '../contracts/adapter-source.ts'
 import type { ResolvedAdapter } from '../contracts/adapter.ts'
+import type { Logger } from '../contracts/logger.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
+import type { Metrics } from '../metrics/index.ts'
+import { bytesUnder, findDownloadProblem } from './file-checks.ts'
 
 const COMPLETE_MARKER = '.loom-complete'
+/** Adapters at least this large get progress lines in the log while they download. */
+const PROGRESS_MIN_BYTES = 16 * 1024 * 1024
+const PROGRESS_EVERY_MS = 2000
 
 /** Turn an id into one safe path segment (ids may hold `/`, `@`, `:`). */
 function segment(text: string): string {
   return encodeURIComponent(text).replace(/%/g, '_')
 }
 
+export interface AdapterCacheOptions {
+  readonly root: string
+  /** Attempts per download; transient failures (network, 5xx, truncated files) are retried with backoff. */
+  readonly attempts: number
+  readonly logger: Logger
+  readonly metrics?: Metrics
+  /** Base backoff in ms (doubled per attempt). Tests shorten it. */
+  readonly backoffMs?: number
+}
+
 /**
  * The disk cache of fetched adapters, keyed by `(source, id, revision)`. A download goes to a
  * private temporary directory and is renamed into place only when every file is present with the
- * size the source promised, so a partial download is never used. Concurrent requests for one cold
- * adapter share one download.
+ * size and checksum the source promised, so a partial or corrupt download is never used.
+ * Concurrent requests for one cold adapter share one download.
  */
 export class AdapterCache {
-  readonly #root: string
+  readonly #options: AdapterCacheOptions
   readonly #inflight = new Map<string, Promise<string>>()
 
-  constructor(root: string) {
-    this.#root = root
+  constructor(options: AdapterCacheOptions) {
+    this.#options = options
   }
 
   /** The directory an adapter's files live in once cached. */
   pathFor(resolved: ResolvedAdapter): string {
-    return join(this.#root, segment(resolved.source), segment(resolved.id), segment(resolved.revision))
+    return join(this.#options.root, segment(resolved.source), segment(resolved.id), segment(resolved.revision))
   }
 
   /** Return the cached directory, downloading it first if needed. */
   async ensure(resolved: ResolvedAdapter, source: AdapterSource, ctx: SourceContext): Promise<string> {
     if (resolved.localDir !== undefined) return resolved.localDir
     const dir = this.pathFor(resolved)
-    if (await isComplete(dir)) return dir
     const pending = this.#inflight.get(dir)
     if (pending) return pending
-    const download = this.#download(resolved, source, ctx, dir).finally(() => this.#inflight.delete(dir))
+    if (await isComplete(dir)) {
+      this.#options.metrics?.adapterDownloaded(resolved.source, 'cached')
+      return dir
+    }
+    // Re-check: another request may have started the download while we looked at the disk.
+    const raced = this.#inflight.get(dir)
+    if (raced) return raced
+    // The shared download must not die with the first caller: it gets its own signal.
+    const shared = { ...ctx, signal: AbortSignal.timeout(30 * 60 * 1000) }
+    const download = this.#download(resolved, source, shared, dir).finally(() => this.#inflight.delete(dir))
     this.#inflight.set(dir, download)
     return download
   }
 
   async #download(resolved: ResolvedAdapter, source: AdapterSource, ctx: SourceContext, dir: string): Promise<string> {
-    const tmp = join(this.#root, '.tmp', `${segment(resolved.id)}-${randomBytes(6).toString('hex')}`)
+    const { attempts, metrics } = this.#options
+    const started = performance.now()
+    let lastError: unknown
+    for (let attempt = 1; attempt <= attempts; attempt++) {
+      try {
+        await this.#attempt(resolved, source, ctx, dir)
+        metrics?.adapterDownloaded(resolved.source, 'downloaded', (performance.now() - started) / 1000)
+        return dir
+      } catch (err) {
+        lastError = err
+        if (!isTransient(err) || attempt === attempts) break
+        const waitMs = (this.#options.backoffMs ?? 500) * 2 ** (attempt - 1)
+        this.#options.logger.warn(
+          { adapter: resolved.id, source: resolved.source, attempt, waitMs, reason: (err as Error).message },
+          'adapter download failed; retrying',
+        )
+        await sleep(waitMs)
+      }
+    }
+    metrics?.adapterDownloaded(resolved.source, 'failed')
+    if (isLoomError(lastError)) throw lastError
+    throw new LoomError(
+      'adapter_download_failed',
+      { id: resolved.id, source: resolved.source, detail: (lastError as Error).message },
+      { cause: lastError },
+    )
+  }
+
+  /** One download into a fresh temporary directory, verified, then renamed into place. */
+  async #attempt(resolved: ResolvedAdapter, source: AdapterSource, ctx: SourceContext, dir: string): Promise<void> {
+    const tmp = join(this.#options.root, '.tmp', `${segment(resolved.id)}-${randomBytes(6).toString('hex')}`)
     await mkdir(tmp, { recursive: true })
+    const stopProgress = this.#reportProgress(resolved, tmp)
     try {
       await source.fetch(resolved, tmp, ctx)
-      for (const file of resolved.files) {
-        const info = await stat(join(tmp, file.path)).catch(() => null)
-        if (!info) throw new Error(`file ${file.path} is missing after download`)
-        if (file.size !== undefined && info.size !== file.size) {
-          throw new Error(`file ${file.path} has ${info.size} bytes, expected ${file.size}`)
-        }
-      }
+      const problem = await findDownloadProblem(tmp, resolved.files)
+      if (problem !== null) throw new TransientError(problem)
       await writeFile(join(tmp, COMPLETE_MARKER), new Date().toISOString())
       await mkdir(join(dir, '..'), { recursive: true })
       await rename(tmp, dir).catch(async (err: NodeJS.ErrnoException) => {
@@ -62,18 +113,46 @@ export class AdapterCache {
         if ((err.code === 'ENOTEMPTY' || err.code === 'EEXIST') && (await isComplete(dir))) return
         throw err
       })
-      return dir
-    } catch (err) {
-      if (isLoomError(err)) throw err
-      throw new LoomError(
-        'adapter_download_failed',
-        { id: resolved.id, source: resolved.source, detail: (err as Error).message },
-        { cause: err },
-      )
     } finally {
+      stopProgress()
       await rm(tmp, { recursive: true, force: true })
     }
   }
+
+  /** Log bytes received every few seconds for large adapters; returns the stopper. */
+  #reportProgress(resolved: ResolvedAdapter, tmp: string): () => void {
+    const total = resolved.files.reduce((sum, f) => sum + (f.size ?? 0), 0)
+    if (total < PROGRESS_MIN_BYTES) return () => undefined
+    const timer = setInterval(() => {
+      void bytesUnder(tmp).then((done) =>
+        this.#options.logger.info(
+          {
+            adapter: resolved.id,
+            source: resolved.source,
+            bytes: done,
+            total,
+            percent: Math.floor((100 * done) / total),
+          },
+          'downloading adapter',
+        ),
+      )
+    }, PROGRESS_EVERY_MS)
+    timer.unref()
+    return () => clearInterval(timer)
+  }
+}
+
+/** A failed check of downloaded files: worth another attempt. */
+class TransientError extends Error {}
+
+/** Network errors, 5xx-style source errors and failed file checks are retried; 4xx-style answers are final. */
+function isTransient(err: unknown): boolean {
+  if (err instanceof TransientError) return true
+  if (isLoomError(err)) {
+    return err.code === 'adapter_download_failed' || err.code === 'adapter_source_unavailable'
+  }
+  // Anything else (a socket reset, a source bug) is worth one more try, unless the request was aborted.
+  return !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))
 }
 
 async function isComplete(dir: string): Promise<boolean> {

@@ -1,29 +1,39 @@
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { AdapterSource } from '../contracts/adapter-source.ts'
-import type { AdapterHandle, AdapterKind, AdapterRef, LocalAdapter } from '../contracts/adapter.ts'
-import type { AuthChecker, AuthDecision } from '../contracts/auth-checker.ts'
+import type { AdapterHandle, AdapterKind, AdapterRef, LocalAdapter, ResolvedAdapter } from '../contracts/adapter.ts'
 import type { Backend } from '../contracts/backend.ts'
 import type { Logger } from '../contracts/logger.ts'
-import { LoomError, isLoomError } from '../errors/index.ts'
+import { LoomError } from '../errors/index.ts'
 import type { AdapterCache } from './adapter-cache.ts'
+import type { AuthGate } from './auth-gate.ts'
 
 export interface AdapterManagerDeps {
   readonly sources: ReadonlyMap<string, AdapterSource>
-  readonly checkers: ReadonlyMap<string, AuthChecker>
+  readonly auth: AuthGate
   readonly backend: Backend
   readonly cache: AdapterCache
   readonly logger: Logger
+  /** Seconds a resolution is reused before the source is asked again; 0: every request. */
+  readonly resolveTtlSeconds: number
+}
+
+/** An adapter this server has resolved, for `/v1/models`. */
+export interface KnownAdapter {
+  readonly source: string
+  readonly id: string
+  readonly revision: string
 }
 
 /**
  * Everything between an adapter named in a request and a handle the backend can batch:
- * `authorize ∥ resolve → fetch (cache) → load`. Authorization runs on every call — a cached or
- * already loaded adapter is still refused to a caller whose token is missing or revoked.
+ * `authorize (every request) ∥ resolve → fetch (cache, once) → load`. A cached or loaded adapter
+ * is still refused to a caller whose token is missing or revoked.
  */
 export class AdapterManager {
   readonly #deps: AdapterManagerDeps
   readonly #loading = new Map<string, Promise<AdapterHandle>>()
+  readonly #resolved = new Map<string, { at: number; value: ResolvedAdapter }>()
 
   constructor(deps: AdapterManagerDeps) {
     this.#deps = deps
@@ -34,34 +44,29 @@ export class AdapterManager {
     return [...this.#deps.sources.keys()].sort()
   }
 
+  /** Adapters resolved so far (most recent revision of each id). */
+  known(): KnownAdapter[] {
+    return [...this.#resolved.values()].map(({ value }) => ({
+      source: value.source,
+      id: value.id,
+      revision: value.revision,
+    }))
+  }
+
   /**
    * Start authorizing `ref` for `token` now; the returned promise is awaited by the caller before the
    * request joins a batch. Resolves only when access is allowed.
    */
-  authorize(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<void> {
-    const checker = this.#deps.checkers.get(ref.source)
-    if (!checker) return Promise.resolve()
-    return checker.check(ref, token, signal).then(
-      (decision) => throwIfDenied(ref, decision),
-      (err: unknown) => {
-        if (isLoomError(err)) throw err
-        throw new LoomError('auth_unavailable', { id: ref.id, detail: (err as Error).message }, { cause: err })
-      },
-    )
+  authorize(ref: AdapterRef, token: string | undefined): Promise<void> {
+    this.#source(ref)
+    return this.#deps.auth.authorize(ref, token)
   }
 
   /** Resolve, fetch (once) and load `ref`; does not authorize (see `authorize`). */
   async acquire(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<AdapterHandle> {
-    const source = this.#deps.sources.get(ref.source)
-    if (!source) {
-      throw new LoomError(
-        'adapter_source_unknown',
-        { source: ref.source, known: this.sourceNames().join(', ') || '(none)' },
-        { param: 'adapter_source' },
-      )
-    }
+    const source = this.#source(ref)
     const ctx = { token, signal, logger: this.#deps.logger }
-    const resolved = await source.resolve(ref, ctx)
+    const resolved = await this.#resolve(source, ref, ctx)
     const key = `${resolved.source}:${resolved.id}@${resolved.revision}`
     let loading = this.#loading.get(key)
     if (!loading) {
@@ -76,14 +81,32 @@ export class AdapterManager {
     }
     return loading
   }
-}
 
-function throwIfDenied(ref: AdapterRef, decision: AuthDecision): void {
-  if (decision.allowed) return
-  const params = { id: ref.id, detail: decision.message }
-  if (decision.reason === 'missing') throw new LoomError('auth_missing', params)
-  if (decision.reason === 'invalid') throw new LoomError('auth_invalid', params)
-  throw new LoomError('auth_forbidden', params)
+  #source(ref: AdapterRef): AdapterSource {
+    const source = this.#deps.sources.get(ref.source)
+    if (!source) {
+      throw new LoomError(
+        'adapter_source_unknown',
+        { source: ref.source, known: this.sourceNames().join(', ') || '(none)' },
+        { param: 'adapter_source' },
+      )
+    }
+    return source
+  }
+
+  async #resolve(
+    source: AdapterSource,
+    ref: AdapterRef,
+    ctx: Parameters<AdapterSource['resolve']>[1],
+  ): Promise<ResolvedAdapter> {
+    const key = `${ref.source}\0${ref.id}`
+    const cached = this.#resolved.get(key)
+    const ttlMs = this.#deps.resolveTtlSeconds * 1000
+    if (cached && Date.now() - cached.at < ttlMs) return cached.value
+    const value = await source.resolve(ref, ctx)
+    this.#resolved.set(key, { at: Date.now(), value })
+    return value
+  }
 }
 
 /** LoRA adapters carry `adapter_config.json`; Medusa heads carry a `config.json` with `medusa_num_heads`. */

@@ -50,6 +50,13 @@ export const AdaptersSchema = z
     cache_dir: z.string().min(1).default('.loom-cache/adapters'),
     /** Seconds an authorization decision may be reused for an identical (source, id, token); 0: never. */
     auth_ttl_s: z.number().min(0).default(0),
+    /**
+     * Seconds a resolved revision (`owner/name` → commit) is reused before asking the source again.
+     * An id with an explicit revision is immutable anyway; this bounds how long `main` stays pinned.
+     */
+    resolve_ttl_s: z.number().min(0).default(30),
+    /** Download attempts per adapter before the request fails (transient errors only). */
+    download_attempts: z.number().int().min(1).max(10).default(3),
     /** Adapters loaded at startup. */
     preload: z.array(z.strictObject({ id: z.string().min(1), source: z.string().min(1).optional() })).default([]),
   })

@@ -78,7 +78,7 @@ export class GenerationService {
     const { backend, tokenizer, adapters, limits } = this.#deps
     // Authorization and adapter loading start first and run while the prompt is tokenized.
     const ref = request.adapter
-    const authorized = ref ? adapters.authorize(ref, request.apiToken, signal) : Promise.resolve()
+    const authorized = ref ? adapters.authorize(ref, request.apiToken) : Promise.resolve()
     const loaded = ref ? authorized.then(() => adapters.acquire(ref, request.apiToken, signal)) : Promise.resolve(null)
     // Both promises are awaited below; mark them handled so an early validation error doesn't leave a rejection unobserved.
     loaded.catch(() => undefined)

@@ -1,6 +1,7 @@
 import type { DestinationStream } from 'pino'
 import { AdapterCache } from '../adapters/adapter-cache.ts'
 import { AdapterManager } from '../adapters/adapter-manager.ts'
+import { AuthGate } from '../adapters/auth-gate.ts'
 import { readLoraAdapter } from '../adapters/read-lora.ts'
 import type { ValidConfig } from '../config/index.ts'
 import { createServerContainer, type ServerContainer } from '../container/index.ts'
@@ -144,12 +145,23 @@ export class LoomServer {
     const config = this.#config
     await this.backend.start()
     const limits = resolveLimits(config, this.backend.capabilities())
+    const logger = this.logger.child({ component: 'adapters' })
     const adapters = new AdapterManager({
       sources: this.#container.adapterSources(),
-      checkers: this.#container.authCheckers(),
+      auth: new AuthGate({
+        checkers: this.#container.authCheckers(),
+        ttlSeconds: config.adapters.auth_ttl_s,
+        metrics: this.app.loomMetrics,
+      }),
       backend: this.backend,
-      cache: new AdapterCache(config.adapters.cache_dir),
-      logger: this.logger.child({ component: 'adapters' }),
+      cache: new AdapterCache({
+        root: config.adapters.cache_dir,
+        attempts: config.adapters.download_attempts,
+        logger,
+        metrics: this.app.loomMetrics,
+      }),
+      logger,
+      resolveTtlSeconds: config.adapters.resolve_ttl_s,
     })
     const generation = new GenerationService({
       backend: this.backend,

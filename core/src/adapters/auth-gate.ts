@@ -1,0 +1,70 @@
+import { createHash } from 'node:crypto'
+import type { AdapterRef } from '../contracts/adapter.ts'
+import type { AuthChecker, AuthDecision } from '../contracts/auth-checker.ts'
+import { LoomError, isLoomError } from '../errors/index.ts'
+import type { Metrics } from '../metrics/index.ts'
+
+/** How long a shared check may run before every caller gets `auth_unavailable`. */
+const CHECK_TIMEOUT_MS = 30_000
+
+export interface AuthGateOptions {
+  readonly checkers: ReadonlyMap<string, AuthChecker>
+  /** Seconds an `allowed` decision may be reused for the same (source, id, token); 0: never. */
+  readonly ttlSeconds: number
+  readonly metrics?: Metrics
+}
+
+/**
+ * Runs the `AuthChecker` of an adapter's source for every request. Identical checks that are in
+ * flight at the same moment share one call to the source; a finished decision is reused only
+ * when `auth_ttl_s` allows it, and only an `allowed` one (a refusal is never cached, so a fixed
+ * token works at once). Tokens are kept only as SHA-256 digests.
+ */
+export class AuthGate {
+  readonly #options: AuthGateOptions
+  readonly #inflight = new Map<string, Promise<AuthDecision>>()
+  readonly #allowedUntil = new Map<string, number>()
+
+  constructor(options: AuthGateOptions) {
+    this.#options = options
+  }
+
+  /** Resolves when `token` may read `ref`; rejects with `auth_*` otherwise. */
+  async authorize(ref: AdapterRef, token: string | undefined): Promise<void> {
+    const checker = this.#options.checkers.get(ref.source)
+    if (!checker) return
+    const key = `${ref.source}\0${ref.id}\0${createHash('sha256')
+      .update(token ?? '')
+      .digest('hex')}`
+    const until = this.#allowedUntil.get(key)
+    if (until !== undefined && until > Date.now()) {
+      this.#options.metrics?.authChecked(ref.source, 'cached')
+      return
+    }
+    let pending = this.#inflight.get(key)
+    if (!pending) {
+      pending = checker.check(ref, token, AbortSignal.timeout(CHECK_TIMEOUT_MS))
+      this.#inflight.set(key, pending)
+      const done = () => this.#inflight.delete(key)
+      pending.then(done, done)
+    }
+    let decision: AuthDecision
+    try {
+      decision = await pending
+    } catch (err) {
+      this.#options.metrics?.authChecked(ref.source, 'error')
+      if (isLoomError(err)) throw err
+      throw new LoomError('auth_unavailable', { id: ref.id, detail: (err as Error).message }, { cause: err })
+    }
+    this.#options.metrics?.authChecked(ref.source, decision.allowed ? 'allowed' : 'denied')
+    if (decision.allowed) {
+      if (this.#options.ttlSeconds > 0) this.#allowedUntil.set(key, Date.now() + this.#options.ttlSeconds * 1000)
+      return
+    }
+    this.#allowedUntil.delete(key)
+    const params = { id: ref.id, detail: decision.message }
+    if (decision.reason === 'missing') throw new LoomError('auth_missing', params)
+    if (decision.reason === 'invalid') throw new LoomError('auth_invalid', params)
+    throw new LoomError('auth_forbidden', params)
+  }
+}
