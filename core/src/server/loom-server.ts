@@ -171,6 +171,12 @@ export class LoomServer {
       eosTokenIds: await readEosTokenIds(config.model.path),
       constraints: null,
     })
+    // Preloaded adapters are fetched with the server's own credentials (sources may have a global token).
+    for (const entry of config.adapters.preload) {
+      const ref = { source: entry.source ?? config.adapters.default_source, id: entry.id }
+      const handle = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
+      logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
+    }
     this.#state = { generation, limits }
     this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
   }

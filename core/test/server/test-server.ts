@@ -25,6 +25,7 @@ export async function startTestServer(
     plugins?: unknown[]
     nativeOptions?: object
     logLevel?: string
+    preload?: { id: string; source?: string }[]
   } = {},
 ): Promise<TestServer> {
   await mkdir(dir, { recursive: true })
@@ -32,7 +33,7 @@ export async function startTestServer(
     server: { port: 0, host: '127.0.0.1', log_level: options.logLevel ?? 'info' },
     model: { id: 'test-model', path: modelDir },
     limits: { max_total_tokens: 256, ...options.limits },
-    adapters: { default_source: 'local', cache_dir: join(dir, 'cache') },
+    adapters: { default_source: 'local', cache_dir: join(dir, 'cache'), preload: options.preload ?? [] },
     plugins: [
       {
         use: '@loom/backend-cuda-native',
@@ -52,6 +53,11 @@ export async function startTestServer(
     },
   })
   const server = await LoomServer.create(await loadConfig(file), { logDestination: destination })
-  await server.start()
+  try {
+    await server.start()
+  } catch (err) {
+    await server.close()
+    throw err
+  }
   return { server, logs, close: () => server.close() }
 }

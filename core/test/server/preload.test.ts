@@ -1,0 +1,28 @@
+import { join } from 'node:path'
+import t from 'tap'
+import { buildLoraAdapter, buildModel } from '@loom/testkit'
+import { startTestServer } from './test-server.ts'
+
+t.test('adapters listed under adapters.preload are loaded before the server is ready', async (t) => {
+  const dir = t.testdir()
+  const modelDir = join(dir, 'model')
+  const config = await buildModel(modelDir, { seed: 1 })
+  await buildLoraAdapter(join(modelDir, 'adapters', 'warm'), { model: config, seed: 2 })
+  const test = await startTestServer(join(dir, 'server'), modelDir, {
+    adapterRoot: join(modelDir, 'adapters'),
+    preload: [{ id: 'warm' }],
+  })
+  t.teardown(() => test.close())
+  t.equal(test.server.backend.stats().loadedAdapters, 1, 'loaded at startup')
+  t.match(test.logs.join(''), /"preloaded adapter"/)
+})
+
+t.test('a preload that cannot be loaded stops startup with its error', async (t) => {
+  const dir = t.testdir()
+  const modelDir = join(dir, 'model')
+  await buildModel(modelDir, { seed: 1 })
+  await t.rejects(
+    startTestServer(join(dir, 'server'), modelDir, { adapterRoot: modelDir, preload: [{ id: 'missing' }] }),
+    { code: 'adapter_not_found', message: 'Adapter `missing` was not found in source `local`' },
+  )
+})
