@@ -21,12 +21,15 @@ namespace {
 
 using loom::Status;
 
+// A JS Error whose `code` is the Status code; native-step-runner.ts maps it to a LoomError.
 Napi::Error make_error(Napi::Env env, const Status& st) {
   Napi::Error err = Napi::Error::New(env, st.message);
   err.Set("code", Napi::String::New(env, st.code));
   return err;
 }
 
+// Synchronous failure path: schedule the JS exception and return undefined (with
+// NAPI_DISABLE_CPP_EXCEPTIONS nothing unwinds through C++ frames).
 Napi::Value throw_status(Napi::Env env, const Status& st) {
   make_error(env, st).ThrowAsJavaScriptException();
   return env.Undefined();
@@ -69,6 +72,7 @@ Status typed(const Napi::Object& obj, const char* key, napi_typedarray_type type
   return Status::Ok();
 }
 
+// obj[key] as a double; a missing or non-numeric field names the key.
 Status number(const Napi::Object& obj, const char* key, double* out) {
   Napi::Value v = obj.Get(key);
   if (!v.IsNumber()) return bad_arg(std::string("field `") + key + "` must be a number");
@@ -202,6 +206,9 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
         {});
   }
 
+  // Read the load descriptor built by native-step-runner.ts: config numbers, runtime options,
+  // file paths and the tensor table. Impossible dimensions fail as model_invalid here, before
+  // any memory is mapped.
   static Status parse_load(const Napi::Object& desc, loom::ModelConfig* cfg, loom::RuntimeOptions* opt,
                            std::vector<std::string>* files, std::vector<loom::TensorDesc>* tensors) {
     if (!desc.Get("config").IsObject() || !desc.Get("options").IsObject() || !desc.Get("files").IsArray() ||
@@ -267,6 +274,9 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   }
 
   // loadLora(slot, modules[{layer, module, rank, scale, a, b}]) -> Promise<void>
+  // Shapes are checked here against the model: A [rank, in] and B [out, rank] per module (q/k/v
+  // and gate/up read hidden, o reads heads·D, down reads intermediate). The copy (and the
+  // transpose of B) runs off the JS thread; the modules array is pinned until it is done.
   Napi::Value LoadLora(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -367,6 +377,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
                  {info[2]});
   }
 
+  // unload(slot): synchronous, it only frees host memory; the engine guarantees the slot is idle.
   Napi::Value Unload(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -394,6 +405,9 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return queue(env, [model, in] { return model->step(*in); }, nullptr, {info[0]});
   }
 
+  // Turn the packed step into a StepInput of raw pointers. Every array's dtype is checked, and
+  // every (offset, length) pair is checked against its array, so the model can index freely;
+  // the semantic checks (token range, block ids, slots) happen in LlamaModel::validate.
   Status parse_step(const Napi::Object& p, loom::StepInput* in) {
     int32_t *tokens = nullptr, *positions = nullptr, *rows = nullptr, *bt = nullptr, *idx = nullptr,
             *copies = nullptr, *cdata = nullptr;
@@ -454,6 +468,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return Status::Ok();
   }
 
+  // close(): idempotent. Frees the model, KV cache and thread pool now, or when the last
+  // in-flight worker settles if a step or adapter load is still running.
   Napi::Value Close(const Napi::CallbackInfo& info) {
     if (!closed_) {
       closed_ = true;

@@ -55,7 +55,9 @@ inline void dot_rows_t(const float* const* w, const float* const* x, int64_t K, 
   }
 }
 
-// Widen n elements of a weight row to f32.
+// Widen n elements of a weight row to f32. bf16 is the high half of an f32, so widening is a
+// zero-extend and a 16-bit shift; f16 uses the F16C conversion instruction.
+
 inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
   int64_t k = 0;
   if (dt == DType::BF16) {
@@ -91,6 +93,10 @@ void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, f
   }
 }
 
+// Threads split the weight-row blocks of all jobs into contiguous ranges (so each thread streams
+// its rows sequentially and the hardware prefetcher sees long runs); every thread then walks the
+// token tiles. Rows past a job's end are clamped to its last row and their results dropped, so
+// the kernel never branches on N.
 void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0 || njobs <= 0) return;
   // Work list: blocks of up to kRows output rows, encoded as job * 2^40 + first row.

@@ -47,6 +47,8 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
 
 CpuDevice::CpuDevice(int threads) : pool_(threads) {}
 
+// One row per token: sum of squares with a vectorised dot, then scale by r·w in one pass.
+// Rows are independent, so large batches split by token across the pool.
 void CpuDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                         int64_t ldy) {
   for_range(pool_, T, H, [&](int64_t t0, int64_t t1) {
@@ -63,6 +65,9 @@ void CpuDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const
   });
 }
 
+// HF rotate_half: lane i pairs with lane i + D/2 of the same head, so both halves load as
+// contiguous vectors and no shuffles are needed. cos/sin are per token, shared by all heads
+// and all layers (computed once per step by the model).
 void CpuDevice::rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
   const int half = D / 2;
   for_range(pool_, T, int64_t(heads) * D, [&](int64_t t0, int64_t t1) {
@@ -88,6 +93,8 @@ void CpuDevice::rope(float* x, int64_t T, int64_t ldx, int heads, int D, const f
   });
 }
 
+// A gather of T rows; f32 tables are a memcpy, 16-bit tables widen element by element
+// (T rows of H values per step is negligible next to the matmuls).
 void CpuDevice::embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) {
   const int64_t H = table.cols;
   for (int64_t t = 0; t < T; t++) {
@@ -102,6 +109,7 @@ void CpuDevice::embedding(const int32_t* ids, int64_t T, const WeightView& table
   }
 }
 
+// Vectorised SiLU via exp256 (vec-math.h); the split unit is one 8-float vector.
 void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
   for_range(pool_, (n + 7) / 8, 8, [&](int64_t b, int64_t e) {
     for (int64_t v = b; v < e; v++) {
@@ -128,6 +136,8 @@ void CpuDevice::silu_residual(const float* t, int64_t n, float* y) {
   });
 }
 
+// Each token's K and V rows ([Hkv·D] floats) land in the cache slot the block table assigned.
+// Slots are distinct within a step, so order does not matter.
 void CpuDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
                          float* kc, float* vc) {
   for (int64_t t = 0; t < T; t++) {
@@ -145,6 +155,12 @@ void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64
   }
 }
 
+// Paged attention, one (token, query head) pair per work item:
+//   1. scores over every visible cache index, reading K through the block table,
+//   2. softmax with the row max subtracted (masked entries are -inf and become 0),
+//   3. the weighted sum of V rows, accumulated in an L1-resident [D] buffer.
+// GQA: query head h reads KV head h / (Hq / Hkv). The scratch is per thread and grows only
+// when a longer context shows up, so a warm server does not allocate here.
 void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows,
                           int nrows, const AttnShape& s, float* out) {
   const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
@@ -223,6 +239,7 @@ void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const fl
     pool_.run(work);
 }
 
+// First maximum per row (ties pick the lower index, like the reference and numpy).
 void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
   for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {

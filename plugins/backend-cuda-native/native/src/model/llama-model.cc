@@ -45,6 +45,8 @@ LlamaModel::LlamaModel(Device* device, ModelConfig config, RuntimeOptions option
 
 LlamaModel::~LlamaModel() = default;
 
+// Map the safetensors files, bind every tensor the graph needs (checking its shape against the
+// config), precompute RoPE frequencies, then allocate the KV cache and the scratch arenas once.
 Status LlamaModel::load(const std::vector<std::string>& files, std::vector<TensorDesc> tensors) {
   LOOM_RETURN_IF_ERROR(weights_.open(files, std::move(tensors)));
   const int64_t H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
@@ -96,6 +98,8 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     inv_freq_[size_t(i)] = f;
   }
 
+  // KV cache: per layer, K and V of S = blocks × block_size slots, each [Hkv * D] f32. Scratch:
+  // every per-token buffer of the forward pass, sized for max_batch_tokens.
   try {
     const size_t S = size_t(opt_.kv_blocks) * size_t(opt_.kv_block_size);
     kcache_.assign(size_t(cfg_.layers), std::vector<float>(S * size_t(KD)));
@@ -127,6 +131,9 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
   return Status::Ok();
 }
 
+// Copy a LoRA adapter into a free slot: A as given ([r, in]) for the shrink, B transposed to
+// [r, out] so the expand is a row update (see lora-cpu.cc). The base weights are never touched;
+// the slot becomes visible to steps only once fully written (kind is stored last).
 Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modules) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
@@ -160,6 +167,8 @@ Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modul
   return Status::Ok();
 }
 
+// Copy Medusa heads into a free slot (f32, owned by the slot); version 2 heads have no lm_head
+// and reuse the base model's at step time.
 Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
@@ -183,6 +192,8 @@ Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<Medus
   return Status::Ok();
 }
 
+// Free a slot. The engine guarantees no queued or running row references it, so its memory can
+// go immediately; swapping with empty vectors returns the memory rather than keeping capacity.
 Status LlamaModel::unload(int slot) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
@@ -197,6 +208,9 @@ int LlamaModel::medusa_heads(int slot) const {
   return int(slots_[size_t(slot)]->medusa.size());
 }
 
+// Everything the forward pass indexes with is checked here, before any kernel runs: token ids,
+// block ids, cache coverage of each block table, adapter slot kinds, logit/Medusa indices and the
+// output buffer sizes. A failure names the row and the value, and the cache is left untouched.
 Status LlamaModel::validate(const StepInput& in) const {
   if (in.num_tokens > opt_.max_batch_tokens)
     return invalid("step has " + std::to_string(in.num_tokens) + " tokens; max_batch_tokens is " +
@@ -342,31 +356,42 @@ Status LlamaModel::step(const StepInput& in) {
   const AttnShape shape{int32_t(cfg_.heads), int32_t(cfg_.kv_heads), int32_t(D), int32_t(bs),
                         float(1.0 / std::sqrt(double(D)))};
 
+  // Activations live in arenas sized at load for max_batch_tokens; nothing below allocates.
   float* x = x_.data();      // [T, H] residual stream
   float* xn = xn_.data();    // [T, H] normed input of a block
   float* qkv = qkv_.data();  // [T, QD + 2 KD]: q | k | v
+  // x = embed[tokens]                                          // [T, H]
   dev_->embedding(in.tokens, T, embed_, x);
 
   for (int64_t l = 0; l < cfg_.layers; l++) {
     const Layer& L = layers_[size_t(l)];
-    // Attention block.
+    // ---- Attention block ----
+    // xn = RMSNorm(x) · w_in                                  // [T, H]
     dev_->rmsnorm(x, T, H, H, L.in_norm.data(), cfg_.rms_eps, xn, H);
+    // q | k | v = xn · [Wq; Wk; Wv]ᵀ (+ Qwen2 biases), one pass over the three weights so the
+    // thread pool splits their rows together.                // [T, QD + 2 KD]
     const MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
                                    {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
                                    {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
     dev_->matmul(xn, T, H, qkv_jobs, 3, false);
+    // LoRA on q, k, v: one shrink of xn for the three modules, then one expand per module.
     {
       const int mods[3] = {kQ, kK, kV};
       float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
       const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
       lora_pass(in, int(l), mods, 3, xn, H, H, ys, lds, ns);
     }
+    // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
     dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
     dev_->rope(qkv + QD, T, W, int(cfg_.kv_heads), int(D), cos_.data(), sin_.data());
     float* kc = kcache_[size_t(l)].data();
     float* vc = vcache_[size_t(l)].data();
+    // The new tokens' K and V go into their cache slots first, so attention reads committed
+    // history and this step's tokens the same way (through the block table).
     dev_->kv_store(qkv + QD, qkv + QD + KD, T, W, kv_slots_.data(), KD, kc, vc);
+    // attn = softmax(q kᵀ / sqrt(D)) v per row, causal or tree-masked among new tokens  // [T, QD]
     dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
+    // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]
     const MatmulJob o_job{L.o, nullptr, x, H};
     dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn)
     {
@@ -375,8 +400,10 @@ Status LlamaModel::step(const StepInput& in) {
       const int64_t lds[1] = {H}, ns[1] = {H};
       lora_pass(in, int(l), mods, 1, attn_.data(), QD, QD, ys, lds, ns);
     }
-    // MLP block.
+    // ---- MLP block (SwiGLU) ----
+    // xn = RMSNorm(x) · w_post                                // [T, H]
     dev_->rmsnorm(x, T, H, H, L.post_norm.data(), cfg_.rms_eps, xn, H);
+    // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass          // [T, I] each
     const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
     dev_->matmul(xn, T, H, gu_jobs, 2, false);
     {
@@ -385,7 +412,9 @@ Status LlamaModel::step(const StepInput& in) {
       const int64_t lds[2] = {I, I}, ns[2] = {I, I};
       lora_pass(in, int(l), mods, 2, xn, H, H, ys, lds, ns);
     }
+    // act = SiLU(gate) ⊙ up                                  // [T, I]
     dev_->silu_mul(gate_.data(), up_.data(), T * I, act_.data());
+    // x += act · Wdownᵀ (+ LoRA)                              // [T, H]
     const MatmulJob down_job{L.down, nullptr, x, H};
     dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act)
     {
