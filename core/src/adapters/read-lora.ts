@@ -1,7 +1,8 @@
 /**
- * Reads a PEFT LoRA adapter directory (`adapter_config.json` + `adapter_model.safetensors`) into
- * the runtime's `LoraWeights`, checking it against the loaded model: target modules, layer
- * indices, every tensor's shape, rank limits, and finite values. Every failure is an
+ * Reads a PEFT LoRA adapter directory (`adapter_config.json` + `adapter_model.safetensors` or
+ * `adapter_model.bin`) into the runtime's `LoraWeights`, checking it against the loaded model:
+ * target modules, layer indices, every tensor's shape, rank limits, and finite values. Both weight
+ * formats become the same `AdapterTensors` map, so one validation serves both. Every failure is an
  * `adapter_invalid` naming the adapter and what does not fit.
  */
 import { existsSync } from 'node:fs'
@@ -18,6 +19,19 @@ import { LoomError } from '../errors/index.ts'
 import { findPatternKey } from './peft-pattern.ts'
 import { projectionShape } from './projection-shape.ts'
 import { SafetensorsFile } from './safetensors.ts'
+import { TorchStateDict } from './torch-bin/torch-state-dict.ts'
+
+/** The tensors of an adapter's weight file, whichever format it was stored in. */
+export interface AdapterTensors {
+  /** The file name, for error messages. */
+  readonly file: string
+  /** Tensor names in file order. */
+  names(): string[]
+  /** A tensor's shape, or undefined when it is absent. */
+  shape(name: string): readonly number[] | undefined
+  /** A tensor's values as a fresh, contiguous f32 array. */
+  float32(name: string): Float32Array
+}
 
 /** The `adapter_config.json` fields that decide how the weights are applied. */
 interface PeftLoraConfig {
@@ -135,15 +149,39 @@ function firstNonFinite(values: Float32Array): number {
  */
 export async function readLoraAdapter(dir: string, id: string, spec: ModelSpec): Promise<LoraWeights> {
   const config = await readPeftConfig(dir, id)
-  const stPath = join(dir, 'adapter_model.safetensors')
-  if (!existsSync(stPath)) {
-    if (existsSync(join(dir, 'adapter_model.bin'))) {
-      throw fail(id, 'only adapter_model.bin was found; PyTorch .bin adapters are not supported yet, use safetensors')
-    }
-    throw fail(id, 'adapter_model.safetensors is missing')
-  }
-  const file = await SafetensorsFile.read(stPath, id)
+  return loraWeightsFrom(await readAdapterTensors(dir, id), config, id, spec)
+}
 
+/**
+ * Open the adapter's weights: `adapter_model.safetensors` when it exists (it cannot carry code, and
+ * PEFT writes it by default), else `adapter_model.bin` through the restricted torch reader.
+ */
+export async function readAdapterTensors(dir: string, id: string): Promise<AdapterTensors> {
+  const stPath = join(dir, 'adapter_model.safetensors')
+  if (existsSync(stPath)) {
+    const st = await SafetensorsFile.read(stPath, id)
+    return {
+      file: 'adapter_model.safetensors',
+      names: () => st.names(),
+      shape: (name) => st.entry(name)?.shape,
+      float32: (name) => st.float32(name),
+    }
+  }
+  const binPath = join(dir, 'adapter_model.bin')
+  if (existsSync(binPath)) {
+    const bin = await TorchStateDict.read(binPath, id)
+    return {
+      file: 'adapter_model.bin',
+      names: () => bin.names(),
+      shape: (name) => bin.shape(name),
+      float32: (name) => bin.float32(name),
+    }
+  }
+  throw fail(id, 'adapter_model.safetensors is missing (and there is no adapter_model.bin)')
+}
+
+/** Check `file`'s tensors against the config and the model, and resolve them into `LoraWeights`. */
+function loraWeightsFrom(file: AdapterTensors, config: PeftLoraConfig, id: string, spec: ModelSpec): LoraWeights {
   // Pair up A and B tensors per (layer, module).
   const pairs = new Map<string, { layer: number; module: LoraModule; a?: string; b?: string }>()
   for (const name of file.names()) {
@@ -177,7 +215,7 @@ export async function readLoraAdapter(dir: string, id: string, spec: ModelSpec):
     pair[side] = name
     pairs.set(key, pair)
   }
-  if (pairs.size === 0) throw fail(id, 'adapter_model.safetensors holds no LoRA weights')
+  if (pairs.size === 0) throw fail(id, `${file.file} holds no LoRA weights`)
 
   const layers: Partial<Record<LoraModule, LoraModuleWeights>>[] = Array.from({ length: spec.numLayers }, () => ({}))
   const rankKeys = Object.keys(config.rankPattern)
@@ -187,8 +225,8 @@ export async function readLoraAdapter(dir: string, id: string, spec: ModelSpec):
     if (a === undefined || b === undefined)
       throw fail(id, `${where} has lora_${a === undefined ? 'B' : 'A'} but no lora_${a === undefined ? 'A' : 'B'}`)
     const [outF, inF] = projectionShape(spec, module)
-    const aShape = file.entry(a)!.shape
-    const bShape = file.entry(b)!.shape
+    const aShape = file.shape(a)!
+    const bShape = file.shape(b)!
     if (aShape.length !== 2 || aShape[1] !== inF) {
       throw fail(id, `${where} lora_A has shape ${fmt(aShape)}, expected [rank, ${inF}] ([r, ${IN_NAMES[module]}])`)
     }
