@@ -18,6 +18,12 @@ export interface AdapterManagerDeps {
   readonly resolveTtlSeconds: number
 }
 
+/** A loaded adapter and the directory its files are in (chat templates are read from it). */
+export interface AcquiredAdapter {
+  readonly handle: AdapterHandle
+  readonly dir: string
+}
+
 /** An adapter this server has resolved, for `/v1/models`. */
 export interface KnownAdapter {
   readonly source: string
@@ -32,7 +38,7 @@ export interface KnownAdapter {
  */
 export class AdapterManager {
   readonly #deps: AdapterManagerDeps
-  readonly #loading = new Map<string, Promise<AdapterHandle>>()
+  readonly #loading = new Map<string, Promise<AcquiredAdapter>>()
   readonly #resolved = new Map<string, { at: number; value: ResolvedAdapter }>()
 
   constructor(deps: AdapterManagerDeps) {
@@ -63,7 +69,7 @@ export class AdapterManager {
   }
 
   /** Resolve, fetch (once) and load `ref`; does not authorize (see `authorize`). */
-  async acquire(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<AdapterHandle> {
+  async acquire(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<AcquiredAdapter> {
     const source = this.#source(ref)
     const ctx = { token, signal, logger: this.#deps.logger }
     const resolved = await this.#resolve(source, ref, ctx)
@@ -73,7 +79,7 @@ export class AdapterManager {
       loading = (async () => {
         const dir = await this.#deps.cache.ensure(resolved, source, ctx)
         const local: LocalAdapter = { resolved, dir, kind: await detectKind(dir, ref.id) }
-        return this.#deps.backend.loadAdapter(local)
+        return { handle: await this.#deps.backend.loadAdapter(local), dir }
       })()
       // A failed load is not remembered: the next request retries.
       loading.catch(() => this.#loading.delete(key))

@@ -1,4 +1,5 @@
 import type { ResponseFormat } from '../contracts/grammar.ts'
+import type { ChatMessage } from '../contracts/template-engine.ts'
 
 /**
  * A request in text space after HTTP validation, shared by the native and v1 routes. Everything
@@ -6,10 +7,15 @@ import type { ResponseFormat } from '../contracts/grammar.ts'
  * checked by `prepare-request.ts`.
  */
 export interface GenerationRequest {
-  /** Prompt text, already templated for chat. */
-  readonly prompt: string
-  /** Whether the tokenizer adds BOS/EOS (false for templated chat prompts, which carry them). */
-  readonly addSpecialTokens: boolean
+  /**
+   * Prompt text, or chat messages rendered with the adapter's or the base model's chat template
+   * once the adapter is known (templated prompts carry their own BOS, so no special tokens are added).
+   */
+  readonly prompt: string | readonly ChatMessage[]
+  /** The `model` value the client sent (for template errors); empty for native requests. */
+  readonly requestedModel: string
+  /** Native API: generated text ends with the matched stop sequence; OpenAI API: it is cut off. */
+  readonly includeStopSequence: boolean
   /** Base model (null) or one adapter as the request named it. */
   readonly adapter: { readonly source: string; readonly id: string } | null
   /** The caller's adapter token (`api_token` or `Authorization: Bearer`). Never logged. */

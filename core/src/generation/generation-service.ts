@@ -5,13 +5,14 @@ import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Tokenizer } from '../contracts/tokenizer.ts'
 import type { AdapterManager } from '../adapters/adapter-manager.ts'
 import { LoomError, fieldError } from '../errors/index.ts'
+import type { ChatTemplates } from '../templates/chat-templates.ts'
 import type { GenerationRequest, RequestLimits } from './generation-request.ts'
 import { StopSequenceMatcher } from './stop-sequences.ts'
 
 /** Why generation ended, in the native API's words. */
 export type FinishReason = 'length' | 'eos_token' | 'stop_sequence'
 
-/** A generated token with the text it added to the output (possibly empty while a character is incomplete). */
+/** A generated token with the text it added to the output (possibly empty while text is held back). */
 export interface TextToken {
   readonly id: number
   readonly text: string
@@ -44,6 +45,8 @@ export type GenerationEvent = { type: 'token'; token: TextToken } | { type: 'end
 
 /** A generation that passed every check and has been handed to the backend. */
 export interface StartedGeneration {
+  /** The prompt as the model sees it (chat messages rendered by the template). */
+  readonly promptText: string
   readonly promptTokens: number
   readonly adapter: AdapterHandle | null
   /** Events in order; the last is always `end`. Breaking out cancels the backend request. */
@@ -54,6 +57,7 @@ export interface GenerationServiceDeps {
   readonly backend: Backend
   readonly tokenizer: Tokenizer
   readonly adapters: AdapterManager
+  readonly templates: ChatTemplates
   readonly limits: RequestLimits
   /** End-of-sequence ids from `generation_config.json`. */
   readonly eosTokenIds: readonly number[]
@@ -64,8 +68,8 @@ let nextRequestId = 0
 
 /**
  * Turns a validated text request into a backend request and the backend's token events into text:
- * prompt tokenization and limits, adapter authorization and loading (started together, so a slow
- * check overlaps tokenization), incremental detokenization, and stop sequences.
+ * adapter authorization and loading (started first, so a slow check overlaps tokenization), chat
+ * templates, prompt limits, incremental detokenization, and stop sequences.
  */
 export class GenerationService {
   readonly #deps: GenerationServiceDeps
@@ -75,52 +79,42 @@ export class GenerationService {
   }
 
   async start(request: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
-    const { backend, tokenizer, adapters, limits } = this.#deps
-    // Authorization and adapter loading start first and run while the prompt is tokenized.
+    const { backend, tokenizer, adapters, limits, templates } = this.#deps
+    // Authorization starts first and runs while the prompt is templated and tokenized.
     const ref = request.adapter
     const authorized = ref ? adapters.authorize(ref, request.apiToken) : Promise.resolve()
     const loaded = ref ? authorized.then(() => adapters.acquire(ref, request.apiToken, signal)) : Promise.resolve(null)
-    // Both promises are awaited below; mark them handled so an early validation error doesn't leave a rejection unobserved.
+    // Awaited below; mark handled so an early validation error leaves no unobserved rejection.
     loaded.catch(() => undefined)
 
-    let inputIds = tokenizer.encode(request.prompt, { addSpecialTokens: request.addSpecialTokens })
-    if (request.truncate !== null && inputIds.length > request.truncate) inputIds = inputIds.slice(-request.truncate)
-    if (inputIds.length === 0) throw fieldError('inputs', 'must encode to at least one token', request.prompt)
-    if (inputIds.length > limits.maxInputLength) {
-      throw fieldError(
-        'inputs',
-        `must have at most ${limits.maxInputLength} tokens (set \`truncate\` to keep the last tokens)`,
-        `${inputIds.length} tokens`,
-      )
+    let promptText: string
+    let addSpecialTokens: boolean
+    if (typeof request.prompt === 'string') {
+      promptText = request.prompt
+      addSpecialTokens = true
+    } else {
+      // The adapter may ship its own template: it is known only once the adapter is fetched.
+      const acquired = ref === null ? null : await loaded
+      promptText = await templates.render(request.prompt, acquired?.dir ?? null, request.requestedModel)
+      addSpecialTokens = false
     }
+    const inputIds = this.#promptIds(promptText, addSpecialTokens, request)
     const room = limits.maxTotalTokens - inputIds.length
     const maxNewTokens = request.maxNewTokens ?? room
     if (maxNewTokens > room) {
       throw fieldError(
         'max_new_tokens',
-        `plus the ${inputIds.length} input tokens must be <= ${limits.maxTotalTokens}`,
+        `plus the ${inputIds.length} prompt tokens must be <= ${limits.maxTotalTokens}`,
         maxNewTokens,
       )
     }
     if (maxNewTokens < 1) {
-      throw fieldError(
-        'inputs',
-        `leave room for at least one new token (limit ${limits.maxTotalTokens})`,
-        inputIds.length,
-      )
+      throw fieldError('inputs', `must leave room for one new token (limit ${limits.maxTotalTokens})`, inputIds.length)
     }
-
-    const constraint =
-      request.responseFormat === null
-        ? null
-        : this.#deps.constraints
-          ? await this.#deps.constraints.create(request.responseFormat)
-          : (() => {
-              throw new LoomError('grammar_unsupported', { detail: 'this server has no structured-output engine' })
-            })()
+    const constraint = request.responseFormat === null ? null : await this.#constraint(request)
 
     await authorized
-    const adapter = await loaded
+    const adapter = (await loaded)?.handle ?? null
     const sampled = request.sampling.temperature > 0
     const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE()
     const backendRequest: BackendRequest = {
@@ -138,10 +132,33 @@ export class GenerationService {
     }
     const stream = backend.submit(backendRequest)
     return {
+      promptText,
       promptTokens: inputIds.length,
       adapter,
       events: this.#textEvents(stream, request, inputIds, sampled ? seed : null),
     }
+  }
+
+  #promptIds(text: string, addSpecialTokens: boolean, request: GenerationRequest): number[] {
+    const { tokenizer, limits } = this.#deps
+    let ids = tokenizer.encode(text, { addSpecialTokens })
+    if (request.truncate !== null && ids.length > request.truncate) ids = ids.slice(-request.truncate)
+    if (ids.length === 0) throw fieldError('inputs', 'must encode to at least one token', text)
+    if (ids.length > limits.maxInputLength) {
+      throw fieldError(
+        'inputs',
+        `must have at most ${limits.maxInputLength} tokens (set \`truncate\` to keep the last tokens)`,
+        `${ids.length} tokens`,
+      )
+    }
+    return ids
+  }
+
+  #constraint(request: GenerationRequest) {
+    if (!this.#deps.constraints) {
+      throw new LoomError('grammar_unsupported', { detail: 'this server has no structured-output engine' })
+    }
+    return this.#deps.constraints.create(request.responseFormat!)
   }
 
   async *#textEvents(
@@ -152,7 +169,7 @@ export class GenerationService {
   ): AsyncGenerator<GenerationEvent> {
     const { tokenizer } = this.#deps
     const decoder = tokenizer.createDecoder({ skipSpecialTokens: true })
-    const stops = new StopSequenceMatcher(request.stop)
+    const stops = new StopSequenceMatcher(request.stop, request.includeStopSequence)
     const tokens: TextToken[] = []
     let prefill: PrefillToken[] = []
     let text = ''
@@ -168,29 +185,25 @@ export class GenerationService {
         }))
       } else if (event.type === 'tokens') {
         for (const generated of event.tokens) {
-          const token = this.#textToken(generated, decoder.push(generated.id))
+          const { emit, stopped } = stops.push(decoder.push(generated.id))
+          const token = this.#textToken(generated, emit)
           tokens.push(token)
           if (generated.skipped) skipped++
-          const cut = stops.push(token.text)
-          if (cut >= 0) {
-            // The stop sequence ends inside this token's text: keep the text up to its end.
-            const keep = cut - text.length
-            const trimmed = { ...token, text: token.text.slice(0, keep) }
-            tokens[tokens.length - 1] = trimmed
-            text += trimmed.text
+          text += emit
+          yield { type: 'token', token }
+          if (stopped) {
             finish = 'stop_sequence'
-            yield { type: 'token', token: trimmed }
             break
           }
-          text += token.text
-          yield { type: 'token', token }
         }
+        // Leaving the loop cancels the backend request (its KV blocks are freed at once).
         if (finish) break
       } else {
         if (event.reason === 'cancelled')
           throw new LoomError('generation_error', { detail: 'the request was cancelled' })
         finish = event.reason
-        const rest = decoder.flush()
+        // Text held back (an incomplete character, a possible stop prefix) belongs to the last token.
+        const rest = stops.push(decoder.flush()).emit + stops.flush()
         if (rest.length > 0) {
           text += rest
           const last = tokens[tokens.length - 1]

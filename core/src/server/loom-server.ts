@@ -9,6 +9,8 @@ import type { Backend } from '../contracts/backend.ts'
 import type { LocalAdapter } from '../contracts/adapter.ts'
 import type { ModelSpec } from '../contracts/step-runner.ts'
 import { TokenizerLoader, type Tokenizer } from '../contracts/tokenizer.ts'
+import { TemplateEngine } from '../contracts/template-engine.ts'
+import { ChatTemplates } from '../templates/chat-templates.ts'
 import { BatchingEngine } from '../engine/index.ts'
 import { LoomError } from '../errors/index.ts'
 import { GenerationService } from '../generation/generation-service.ts'
@@ -167,6 +169,11 @@ export class LoomServer {
       backend: this.backend,
       tokenizer: this.#tokenizer,
       adapters,
+      templates: new ChatTemplates(
+        this.#container.container.resolve<TemplateEngine>(TemplateEngine),
+        this.#tokenizer,
+        config.model.id,
+      ),
       limits,
       eosTokenIds: await readEosTokenIds(config.model.path),
       constraints: null,
@@ -174,7 +181,7 @@ export class LoomServer {
     // Preloaded adapters are fetched with the server's own credentials (sources may have a global token).
     for (const entry of config.adapters.preload) {
       const ref = { source: entry.source ?? config.adapters.default_source, id: entry.id }
-      const handle = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
+      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
       logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
     }
     this.#state = { generation, limits }

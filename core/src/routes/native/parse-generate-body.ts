@@ -125,7 +125,8 @@ export function parseGenerateBody(
   return {
     generation: {
       prompt: inputs,
-      addSpecialTokens: true,
+      requestedModel: '',
+      includeStopSequence: true,
       adapter,
       apiToken,
       sampling: {
