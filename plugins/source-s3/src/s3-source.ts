@@ -1,0 +1,312 @@
+import { createHash } from 'node:crypto'
+import { mkdir, open } from 'node:fs/promises'
+import path from 'node:path'
+import { addAbortSignal, type Readable } from 'node:stream'
+import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3'
+import {
+  LoomError,
+  type AdapterFileInfo,
+  type AdapterRef,
+  type AdapterSource,
+  type Logger,
+  type ResolvedAdapter,
+  type SourceContext,
+} from '@loom/core'
+import { pickAdapterFiles, type ListedObject } from './adapter-files.ts'
+import { parseS3AdapterId, type S3Location } from './s3-adapter-id.ts'
+import { classifyS3Error, describeS3Error, isTransientS3Error, listingError } from './s3-errors.ts'
+import { withRetries, type RetryPolicy } from './retry.ts'
+
+/** Static credentials read from the environment at startup. Never logged. */
+export interface S3Credentials {
+  readonly accessKeyId: string
+  readonly secretAccessKey: string
+  readonly sessionToken?: string
+}
+
+export interface S3SourceOptions {
+  /** The `adapter_source` code. */
+  readonly name: string
+  /** Custom endpoint for S3-compatible stores; undefined means AWS (or `AWS_ENDPOINT_URL_S3`). */
+  readonly endpoint?: string
+  readonly region: string
+  readonly forcePathStyle: boolean
+  /** Undefined when the environment has none: every request then fails with `missingCredentials`. */
+  readonly credentials?: S3Credentials
+  /** Why `credentials` is undefined, naming the variables; shown in request errors. */
+  readonly missingCredentials?: string
+  readonly retry: RetryPolicy
+  /** Limit for listing one adapter (all pages, all retries), in milliseconds. */
+  readonly listTimeoutMs: number
+  /** Socket idle limit for any one S3 request, in milliseconds. */
+  readonly requestTimeoutMs: number
+  /** Most pages of 1000 keys read while listing one adapter folder. */
+  readonly maxListPages: number
+}
+
+/** A resolved S3 adapter remembers each file's ETag, so fetch() downloads exactly what resolve() saw. */
+interface S3ResolvedAdapter extends ResolvedAdapter {
+  readonly s3: S3Location & { readonly etags: Readonly<Record<string, string>> }
+}
+
+/**
+ * Adapters in an S3 bucket (or any S3-compatible store), named `s3://<bucket>/<path>`.
+ *
+ * resolve(): one ListObjectsV2 of the folder (`Delimiter: '/'`, so sub-folders such as checkpoints
+ * are not walked), picks the adapter files and pins the revision to a hash of their names, ETags
+ * and sizes. Concurrent resolves of one id share one listing.
+ *
+ * fetch(): one GetObject per file, streamed to disk, in parallel, with `If-Match: <etag>` so a file
+ * replaced after the listing is refused rather than mixed into the old revision. A transfer that
+ * breaks part-way is retried with backoff and resumed with a `Range` request.
+ */
+export class S3AdapterSource implements AdapterSource {
+  readonly name: string
+  readonly #options: S3SourceOptions
+  readonly #client: S3Client | undefined
+  readonly #listing = new Map<string, Promise<S3ResolvedAdapter>>()
+
+  constructor(options: S3SourceOptions) {
+    this.name = options.name
+    this.#options = options
+    if (options.credentials === undefined) return
+    this.#client = new S3Client({
+      region: options.region,
+      ...(options.endpoint === undefined ? {} : { endpoint: options.endpoint }),
+      forcePathStyle: options.forcePathStyle,
+      credentials: options.credentials,
+      // One layer of retries, ours: it also covers a body that breaks after the headers arrived.
+      maxAttempts: 1,
+      // Only GET and LIST are sent; WHEN_REQUIRED keeps S3-compatible stores (s3rver, MinIO) happy.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      requestHandler: { connectionTimeout: 10_000, requestTimeout: options.requestTimeoutMs },
+    })
+  }
+
+  async resolve(ref: AdapterRef, ctx: SourceContext): Promise<ResolvedAdapter> {
+    const location = parseS3AdapterId(ref.id, this.name)
+    const client = this.#requireClient(ref.id)
+    if (ctx.signal.aborted) throw ctx.signal.reason
+    let listing = this.#listing.get(ref.id)
+    if (listing === undefined) {
+      // Shared by every caller, so it must not die with the first one: it has its own time limit.
+      listing = this.#list(client, ref.id, location, ctx).finally(() => this.#listing.delete(ref.id))
+      this.#listing.set(ref.id, listing)
+      // Every caller may have gone by the time it fails; the failure is theirs, not unhandled.
+      listing.catch(() => undefined)
+    }
+    return await untilAborted(listing, ctx.signal)
+  }
+
+  async fetch(resolved: ResolvedAdapter, destDir: string, ctx: SourceContext): Promise<void> {
+    const client = this.#requireClient(resolved.id)
+    const location = (resolved as Partial<S3ResolvedAdapter>).s3 ?? {
+      ...parseS3AdapterId(resolved.id, this.name),
+      etags: {},
+    }
+    // One failed file stops the others at once; the cache throws the folder away.
+    const stop = new AbortController()
+    const signal = AbortSignal.any([ctx.signal, stop.signal])
+    await Promise.all(
+      resolved.files.map((file) =>
+        this.#fetchFile(client, resolved.id, location, file, destDir, signal, ctx.logger).catch((err: unknown) => {
+          stop.abort(err)
+          throw err
+        }),
+      ),
+    )
+  }
+
+  async close(): Promise<void> {
+    this.#client?.destroy()
+  }
+
+  #requireClient(id: string): S3Client {
+    if (this.#client !== undefined) return this.#client
+    throw new LoomError('adapter_source_unavailable', {
+      source: this.name,
+      id,
+      detail: this.#options.missingCredentials ?? 'no S3 credentials are configured',
+    })
+  }
+
+  async #list(client: S3Client, id: string, location: S3Location, ctx: SourceContext): Promise<S3ResolvedAdapter> {
+    const signal = AbortSignal.timeout(this.#options.listTimeoutMs)
+    const where = `s3://${location.bucket}/${location.prefix}`
+    const objects: ListedObject[] = []
+    let sawAnything = false
+    let token: string | undefined
+    for (let page = 0; page < this.#options.maxListPages; page++) {
+      const answer = await withRetries(
+        this.#options.retry,
+        signal,
+        isTransientS3Error,
+        () =>
+          client.send(
+            new ListObjectsV2Command({
+              Bucket: location.bucket,
+              Prefix: location.prefix,
+              Delimiter: '/',
+              ...(token === undefined ? {} : { ContinuationToken: token }),
+            }),
+            { abortSignal: signal },
+          ),
+        (err, attempt, waitMs) =>
+          ctx.logger.warn(
+            { source: this.name, adapter: id, attempt, waitMs, reason: describeS3Error(err) },
+            'S3 listing failed; retrying',
+          ),
+      ).catch((err: unknown) => {
+        if (signal.aborted) {
+          throw new LoomError('adapter_source_unavailable', {
+            source: this.name,
+            id,
+            detail: `listing ${where} took longer than ${this.#options.listTimeoutMs} ms`,
+          })
+        }
+        throw listingError(err, this.name, id, where)
+      })
+      for (const object of answer.Contents ?? []) {
+        sawAnything = true
+        if (object.Key === undefined || object.Size === undefined) continue
+        objects.push({
+          name: object.Key.slice(location.prefix.length),
+          size: object.Size,
+          etag: (object.ETag ?? '').replace(/^"|"$/g, ''),
+        })
+      }
+      if ((answer.CommonPrefixes ?? []).length > 0) sawAnything = true
+      if (answer.IsTruncated !== true || answer.NextContinuationToken === undefined) break
+      token = answer.NextContinuationToken
+    }
+    if (!sawAnything) throw new LoomError('adapter_not_found', { id, source: this.name })
+    const picked = pickAdapterFiles(objects)
+    if ('problem' in picked) {
+      throw new LoomError('adapter_invalid', { id, detail: `${where}: ${picked.problem}` })
+    }
+    const revision = createHash('sha256')
+    const etags: Record<string, string> = {}
+    const files: AdapterFileInfo[] = []
+    for (const file of picked.files) {
+      revision.update(`${file.name}\0${file.etag}\0${file.size}\n`)
+      if (file.etag !== '') etags[file.name] = file.etag
+      files.push({ path: file.name, size: file.size })
+    }
+    ctx.logger.debug({ source: this.name, adapter: id, files: files.length }, 'S3 adapter resolved')
+    return {
+      source: this.name,
+      id,
+      revision: revision.digest('hex').slice(0, 32),
+      files,
+      s3: { ...location, etags },
+    }
+  }
+
+  /** Download one object to `destDir/file.path`, resuming with `Range` after a broken transfer. */
+  async #fetchFile(
+    client: S3Client,
+    id: string,
+    location: S3Location & { readonly etags: Readonly<Record<string, string>> },
+    file: AdapterFileInfo,
+    destDir: string,
+    signal: AbortSignal,
+    logger: Logger,
+  ): Promise<void> {
+    const target = path.join(destDir, ...file.path.split('/'))
+    await mkdir(path.dirname(target), { recursive: true })
+    const key = `${location.prefix}${file.path}`
+    const etag = location.etags[file.path]
+    let written = 0
+    await withRetries(
+      this.#options.retry,
+      signal,
+      (err) => isTransientS3Error(err),
+      async () => {
+        // Resume only when the ETag pins the content; otherwise start the file over.
+        const resume = written > 0 && etag !== undefined
+        const answer = await client.send(
+          new GetObjectCommand({
+            Bucket: location.bucket,
+            Key: key,
+            ...(etag === undefined ? {} : { IfMatch: `"${etag}"` }),
+            ...(resume ? { Range: `bytes=${written}-` } : {}),
+          }),
+          { abortSignal: signal },
+        )
+        const append = resume && (answer.ContentRange ?? '').startsWith(`bytes ${written}-`)
+        const body = addAbortSignal(signal, answer.Body as Readable)
+        const out = await open(target, append ? 'a' : 'w')
+        if (!append) written = 0
+        try {
+          // Written chunk by chunk so `written` counts exactly what is on disk when the body breaks.
+          for await (const chunk of body) {
+            await out.write(chunk as Buffer)
+            written += (chunk as Buffer).length
+          }
+        } finally {
+          body.destroy()
+          await out.close()
+        }
+      },
+      (err, attempt, waitMs) =>
+        logger.warn(
+          {
+            source: this.name,
+            adapter: id,
+            file: file.path,
+            bytes: written,
+            attempt,
+            waitMs,
+            reason: describeS3Error(err),
+          },
+          'S3 download broke; retrying',
+        ),
+    ).catch((err: unknown) => {
+      if (signal.aborted) throw signal.reason
+      throw this.#downloadError(id, key, err)
+    })
+    if (file.size !== undefined && written !== file.size) {
+      throw new LoomError('adapter_download_failed', {
+        id,
+        source: this.name,
+        detail: `${file.path} has ${written} bytes, expected ${file.size}`,
+      })
+    }
+  }
+
+  #downloadError(id: string, key: string, err: unknown): LoomError {
+    const kind = classifyS3Error(err)
+    if (kind === 'changed') {
+      return new LoomError(
+        'adapter_download_failed',
+        { id, source: this.name, detail: `${key} changed after it was listed; retry the request` },
+        { cause: err },
+      )
+    }
+    if (kind === 'credentials') return listingError(err, this.name, id, key)
+    return new LoomError(
+      'adapter_download_failed',
+      { id, source: this.name, detail: `GetObject ${key}: ${describeS3Error(err)}` },
+      { cause: err },
+    )
+  }
+}
+
+/** Wait for `promise`, but give up as soon as `signal` aborts (the shared work goes on for others). */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(value)
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort)
+        reject(err)
+      },
+    )
+  })
+}
