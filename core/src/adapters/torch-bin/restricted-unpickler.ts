@@ -28,6 +28,10 @@ export interface UnpicklePolicy {
   build(target: PickleValue, state: PickleValue): void
 }
 
+// Python 2 module names that protocol-2 pickles carry and Python 3 maps on load (`fix_imports`):
+// a protocol-2 `eval` is `__builtin__.eval`, and is reported as what it loads, `builtins.eval`.
+const PY2_MODULES: Readonly<Record<string, string>> = { __builtin__: 'builtins', copy_reg: 'copyreg' }
+
 /** Integers wider than this many bytes are refused (torch writes at most 8; bigint parsing is quadratic). */
 const MAX_LONG_BYTES = 64
 
@@ -290,7 +294,8 @@ class Unpickler {
     }
   }
 
-  private global(module: string, name: string): PickleGlobal {
+  private global(rawModule: string, name: string): PickleGlobal {
+    const module = PY2_MODULES[rawModule] ?? rawModule
     const g = this.policy.resolveGlobal(module, name)
     if (g === undefined) throw refuse(`pickle refers to \`${module}.${name}\`, which is not allowed`)
     return g
