@@ -37,12 +37,34 @@ export class AdapterQueues<T> {
   /** Take the head of the next queue in round-robin order. */
   shift(): T | undefined {
     if (this.order.length === 0) return undefined
-    const key = this.order[this.cursor]!
-    const queue = this.queues.get(key)!
+    return this.shiftAt(this.cursor)
+  }
+
+  /**
+   * The head of the first queue, in round-robin order from the cursor, whose head passes `ready`
+   * (queues whose head is not ready are skipped, not blocked on), with its position for `shiftAt`.
+   */
+  peekReady(ready: (item: T) => boolean): { item: T; at: number } | undefined {
+    const n = this.order.length
+    for (let i = 0; i < n; i++) {
+      const at = (this.cursor + i) % n
+      const item = this.queues.get(this.order[at]!)![0]!
+      if (ready(item)) return { item, at }
+    }
+    return undefined
+  }
+
+  /** Take the head of the queue at position `at` (from `peekReady`); the next turn goes to the queue after it. */
+  shiftAt(at: number): T {
+    const queue = this.queues.get(this.order[at]!)!
     const item = queue.shift()!
     this.count--
-    if (queue.length === 0) this.dropKey(this.cursor)
-    else this.cursor = (this.cursor + 1) % this.order.length
+    if (queue.length === 0) {
+      this.cursor = at
+      this.dropKey(at)
+    } else {
+      this.cursor = (at + 1) % this.order.length
+    }
     return item
   }
 

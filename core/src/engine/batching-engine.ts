@@ -11,7 +11,7 @@ import type {
 import type { Logger } from '../contracts/logger.ts'
 import { LORA_MODULES, type ModelSpec, type StepOutput, type StepRunner } from '../contracts/step-runner.ts'
 import { LoomError } from '../errors/index.ts'
-import { AdapterRegistry } from './adapter-registry.ts'
+import { AdapterRegistry, type AdapterCacheStats } from './adapter-registry.ts'
 import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-options.ts'
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
@@ -76,6 +76,11 @@ export class BatchingEngine implements Backend {
       if (!Number.isInteger(limits[name]) || limits[name] < 1)
         throw new RangeError(`${name} must be a positive integer`)
     }
+    for (const name of ['adapterLoadTimeoutMs', 'hostCacheBytes'] as const) {
+      const value = options[name]
+      if (value !== undefined && !(Number.isFinite(value) && value >= 0))
+        throw new RangeError(`${name} must be a non-negative number`)
+    }
     this.runner = options.runner
     this.limits = limits
     this.options = options
@@ -122,19 +127,35 @@ export class BatchingEngine implements Backend {
         head_dim: spec.headDim,
       },
     }
+    const adapters = new AdapterRegistry({
+      runner: this.runner,
+      runnerQueue: this.runnerQueue,
+      readAdapter: this.options.readAdapter,
+      spec,
+      logger: this.logger,
+      loadTimeoutMs: this.options.adapterLoadTimeoutMs,
+      hostCacheBytes: this.options.hostCacheBytes,
+      events: {
+        onResident: () => this.kick(),
+        onReloadFailed: (key, err) => this.failWaitingFor(key, err),
+      },
+    })
+    // A queued sequence is admitted only once every adapter it names is resident (it holds pins,
+    // so they stay resident until it ends); its rows then carry the LoRA slot.
+    const adapterSlotOf = (seq: Sequence): number | null => {
+      const { adapter, speculator } = seq.request
+      if (speculator !== null && adapters.slotOf(speculator) < 0) return null
+      if (adapter === null) return -1
+      const slot = adapters.slotOf(adapter)
+      return slot < 0 ? null : slot
+    }
     this.loaded = {
       spec,
       capabilities,
       allocator,
-      scheduler: new Scheduler(allocator, this.limits),
+      scheduler: new Scheduler(allocator, this.limits, adapterSlotOf),
       sampler: new TokenSampler(spec.vocabSize),
-      adapters: new AdapterRegistry({
-        runner: this.runner,
-        runnerQueue: this.runnerQueue,
-        readAdapter: this.options.readAdapter,
-        spec,
-        logger: this.logger,
-      }),
+      adapters,
       contextLimit: Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity),
     }
     this.logger.info(
@@ -177,8 +198,14 @@ export class BatchingEngine implements Backend {
         throw new LoomError('bad_request', { detail: `token id ${id} is outside the vocabulary` })
       }
     }
-    // Take adapter references last: everything above may throw without cleanup.
-    const loraSlot = request.adapter === null ? -1 : loaded.adapters.acquire(request.adapter)
+    const { adapter, speculator } = request
+    if (adapter !== null && speculator !== null && adapter.key !== speculator.key && loaded.adapters.slotCount < 2) {
+      // Both must be resident at once to run a single row; that can never happen.
+      throw new LoomError('adapter_slots_full', { slots: loaded.adapters.slotCount })
+    }
+    // Take adapter references last: everything above may throw without cleanup. An adapter that
+    // was evicted from its slot starts reloading now; the request waits in its queue meanwhile.
+    if (request.adapter !== null) loaded.adapters.acquire(request.adapter)
     if (request.speculator !== null) {
       try {
         loaded.adapters.acquire(request.speculator)
@@ -196,7 +223,6 @@ export class BatchingEngine implements Backend {
       seqId: this.nextSeqId++,
       request,
       queueKey: request.adapter === null ? BASE_QUEUE : request.adapter.key,
-      loraSlot,
       sampling: new SamplingState(request.sampling, request.inputIds),
       channel,
       submittedAt: this.now(),
@@ -227,6 +253,11 @@ export class BatchingEngine implements Backend {
       kvBlocksFree: loaded.allocator.free,
       loadedAdapters: loaded.adapters.loadedCount,
     }
+  }
+
+  /** Device-slot and host-cache counters of the adapter LRU (engine-specific; not on `Backend`). */
+  adapterStats(): AdapterCacheStats | null {
+    return this.loaded?.adapters.stats() ?? null
   }
 
   close(): Promise<void> {
@@ -398,6 +429,14 @@ export class BatchingEngine implements Backend {
     this.release(seq)
   }
 
+  /** An adapter reload failed: fail the requests still waiting in their queues for it. */
+  private failWaitingFor(key: string, err: LoomError): void {
+    for (const seq of [...this.active]) {
+      if (seq.state !== 'queued') continue
+      if (seq.request.adapter?.key === key || seq.request.speculator?.key === key) this.fail(seq, err)
+    }
+  }
+
   private failRows(rows: readonly PlannedRow[], err: unknown): void {
     const error = generationError(err)
     for (const { seq } of rows) this.fail(seq, error)
@@ -434,6 +473,7 @@ export class BatchingEngine implements Backend {
   private closeRunner(): void {
     if (this.runnerCloseStarted) return
     this.runnerCloseStarted = true
+    this.loaded?.adapters.close(new LoomError('server_closing'))
     this.runnerQueue
       .run(() => this.runner.close())
       .catch((err: unknown) => this.logger.error({ err }, 'runner close failed'))

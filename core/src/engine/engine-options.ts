@@ -26,6 +26,16 @@ export interface BatchingEngineOptions {
   readonly device?: string
   /** LoRA target modules the runner supports; absent: all of `LORA_MODULES` (none without slots). */
   readonly loraTargetModules?: readonly string[]
+  /**
+   * Longest a device load may wait for a slot while every slot is pinned by queued or running
+   * requests, before failing with `adapter_slots_full`. Default 30 000.
+   */
+  readonly adapterLoadTimeoutMs?: number
+  /**
+   * Host memory for parsed adapter weights kept so an adapter evicted from its device slot reloads
+   * without reading its files again (LRU, measured as the typed arrays' byteLength). Default 1 GiB.
+   */
+  readonly hostCacheBytes?: number
   /** Clock in milliseconds, for `queueMs` (tests may inject one). Default `performance.now`. */
   readonly now?: () => number
 }

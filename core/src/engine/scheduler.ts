@@ -10,6 +10,12 @@ export interface SchedulerLimits {
   readonly maxBatchPrefillTokens: number
 }
 
+/**
+ * The LoRA slot a sequence's rows use (-1: base model), or null while one of its adapters is not
+ * resident on the device (the sequence then waits in its queue without blocking others).
+ */
+export type AdapterSlotOf = (seq: Sequence) => number | null
+
 /** What the next step should run, and the sequences that can never run. */
 export interface StepPlan {
   readonly rows: PlannedRow[]
@@ -29,14 +35,17 @@ export interface StepPlan {
  * 2. running sequences still prefilling a long prompt get their next chunk, within the prefill-token
  *    budget and the free blocks;
  * 3. waiting sequences are admitted — preempted ones first, then the per-adapter queues
- *    round-robin — while there is a free row (`maxBatchSize`), prefill budget left, and enough free
- *    blocks for the sequence's whole known length. A prompt larger than the budget is admitted
- *    with a first chunk; the first waiting sequence that does not fit stops admission (no
- *    overtaking, so a long prompt is not starved by short ones).
+ *    round-robin, skipping queues whose adapter is not resident yet (S-LoRA style: a request
+ *    waiting for its adapter to be (re)loaded never holds up requests for resident adapters) —
+ *    while there is a free row (`maxBatchSize`), prefill budget left, and enough free blocks for
+ *    the sequence's whole known length. A prompt larger than the budget is admitted with a first
+ *    chunk; the first ready waiting sequence that does not fit stops admission (no overtaking, so
+ *    a long prompt is not starved by short ones).
  */
 export class Scheduler {
   private readonly allocator: KvBlockAllocator
   private readonly limits: SchedulerLimits
+  private readonly adapterSlotOf: AdapterSlotOf
   /** Admitted sequences, oldest admission first. */
   private readonly running: Sequence[] = []
   /** Preempted sequences awaiting recompute, oldest admission first. */
@@ -44,9 +53,10 @@ export class Scheduler {
   private readonly queues = new AdapterQueues<Sequence>()
   private admissions = 0
 
-  constructor(allocator: KvBlockAllocator, limits: SchedulerLimits) {
+  constructor(allocator: KvBlockAllocator, limits: SchedulerLimits, adapterSlotOf: AdapterSlotOf = () => -1) {
     this.allocator = allocator
     this.limits = limits
+    this.adapterSlotOf = adapterSlotOf
   }
 
   get runningCount(): number {
@@ -121,11 +131,11 @@ export class Scheduler {
       budget -= chunk
     }
 
-    // 3. Admissions.
+    // 3. Admissions: only sequences whose adapters are resident (see `AdapterSlotOf`).
     while (this.running.length < this.limits.maxBatchSize && budget > 0) {
-      const fromResume = this.resumeQueue.length > 0
-      const seq = fromResume ? this.resumeQueue[0]! : this.queues.peek()
-      if (seq === undefined) break
+      const candidate = this.nextAdmission()
+      if (candidate === undefined) break
+      const { seq, slot, take } = candidate
       const needed = allocator.blocksFor(seq.tokens.length)
       if (needed > allocator.blockCount) {
         this.remove(seq)
@@ -133,9 +143,9 @@ export class Scheduler {
         continue
       }
       if (needed > allocator.free) break
-      if (fromResume) this.resumeQueue.shift()
-      else this.queues.shift()
+      take()
       seq.state = 'running'
+      seq.loraSlot = slot
       seq.admittedOrder = ++this.admissions
       this.running.push(seq)
       const chunk = Math.min(seq.pending, budget)
@@ -144,6 +154,22 @@ export class Scheduler {
       budget -= chunk
     }
     return rows
+  }
+
+  /**
+   * The next waiting sequence to admit whose adapters are resident: preempted ones first (their
+   * adapters stay pinned, so they are ready), then the per-adapter queues round-robin, skipping
+   * queues whose adapter is still loading. `take` removes it from its queue.
+   */
+  private nextAdmission(): { seq: Sequence; slot: number; take: () => void } | undefined {
+    for (let i = 0; i < this.resumeQueue.length; i++) {
+      const seq = this.resumeQueue[i]!
+      const slot = this.adapterSlotOf(seq)
+      if (slot !== null) return { seq, slot, take: () => this.resumeQueue.splice(i, 1) }
+    }
+    const found = this.queues.peekReady((seq) => this.adapterSlotOf(seq) !== null)
+    if (found === undefined) return undefined
+    return { seq: found.item, slot: this.adapterSlotOf(found.item)!, take: () => this.queues.shiftAt(found.at) }
   }
 
   /** Make `seq`'s blocks cover `entries` cache entries, preempting newer sequences if needed. */

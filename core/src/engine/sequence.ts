@@ -19,7 +19,6 @@ export class Sequence {
   readonly request: BackendRequest
   /** Round-robin queue key: the adapter key, or `base`. */
   readonly queueKey: string
-  readonly loraSlot: number
   readonly promptLength: number
   /** Prompt followed by the generated tokens. */
   readonly tokens: number[]
@@ -28,6 +27,11 @@ export class Sequence {
   readonly submittedAt: number
 
   state: SequenceState = 'queued'
+  /**
+   * Adapter slot of its rows (-1: base model). Set at each admission: a queued request's adapter
+   * may still be loading, and its slot is known only once it is resident (it is then pinned).
+   */
+  loraSlot = -1
   generated = 0
   cacheLen = 0
   blocks: number[] = []
@@ -48,7 +52,6 @@ export class Sequence {
     seqId: number
     request: BackendRequest
     queueKey: string
-    loraSlot: number
     sampling: SamplingState
     channel: EventChannel<GenerationEvent>
     submittedAt: number
@@ -56,7 +59,6 @@ export class Sequence {
     this.seqId = init.seqId
     this.request = init.request
     this.queueKey = init.queueKey
-    this.loraSlot = init.loraSlot
     this.sampling = init.sampling
     this.channel = init.channel
     this.submittedAt = init.submittedAt

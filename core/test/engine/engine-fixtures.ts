@@ -4,7 +4,7 @@ import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import type { LocalAdapter } from '../../src/contracts/adapter.ts'
 import type { LoraWeights } from '../../src/contracts/step-runner.ts'
 import { BatchingEngine } from '../../src/engine/batching-engine.ts'
-import type { BatchingEngineLimits } from '../../src/engine/engine-options.ts'
+import type { BatchingEngineLimits, BatchingEngineOptions } from '../../src/engine/engine-options.ts'
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
 import { FakeStepRunner, type FakeStepRunnerOptions } from './fake-step-runner.ts'
 
@@ -76,9 +76,11 @@ export async function startEngine(
   runnerOptions: FakeStepRunnerOptions = {},
   limits: Partial<BatchingEngineLimits> = {},
   readAdapter: ReadAdapter = readFakeLora,
+  adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes'> = {},
 ): Promise<EngineSetup> {
   const runner = new FakeStepRunner(runnerOptions)
   const engine = new BatchingEngine({
+    ...adapterOptions,
     runner,
     limits: { maxBatchSize: 32, maxBatchPrefillTokens: 4096, maxConcurrentRequests: 128, ...limits },
     readAdapter,
