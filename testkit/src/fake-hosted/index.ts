@@ -1,0 +1,2 @@
+export { FakeHostedServer, type HostedRequest } from './fake-hosted-server.ts'
+export type { HostedStatus } from './repository.ts'
