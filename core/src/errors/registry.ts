@@ -86,6 +86,12 @@ export const ERRORS = {
     'server_error',
     'Downloading adapter `{id}` from `{source}` failed: {detail}',
   ),
+  adapter_not_ready: spec(
+    503,
+    'download_adapter',
+    'server_error',
+    'Adapter `{id}` from `{source}` is not ready for use (status `{status}`): {detail}',
+  ),
   adapter_invalid: spec(
     422,
     'load_adapter',
