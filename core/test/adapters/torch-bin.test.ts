@@ -6,6 +6,7 @@ import { SafetensorsFile } from '../../src/adapters/safetensors.ts'
 import { crc32 } from '../../src/adapters/torch-bin/crc32.ts'
 import { ALLOWED_GLOBALS } from '../../src/adapters/torch-bin/torch-allow-list.ts'
 import { TorchStateDict } from '../../src/adapters/torch-bin/torch-state-dict.ts'
+import { ZipArchive } from '../../src/adapters/torch-bin/zip-reader.ts'
 import { LoomError } from '../../src/errors/index.ts'
 
 /**
@@ -260,9 +261,9 @@ t.test('damaged or unsupported archives fail with one clear adapter_invalid', as
   expectInvalid(t, () => TorchStateDict.parse(legacy, ctx), 'legacy (torch < 1.6) format')
 
   // A flipped byte inside a tensor's data is caught by the entry's CRC.
-  const storageAt = good.indexOf(Buffer.from('adapter_model/data/0')) + 'adapter_model/data/0'.length + 64
+  const storage = ZipArchive.parse(good).read('adapter_model/data/0')
   const flipped = Buffer.from(good)
-  flipped[storageAt + 5] ^= 0x40
+  flipped[storage.byteOffset - good.byteOffset + 5]! ^= 0x40
   expectInvalid(t, () => TorchStateDict.parse(flipped, ctx), 'fails its CRC-32 check')
 
   // Compressed entries (method 8 in the central directory) are refused, not misread.
