@@ -325,6 +325,7 @@ export class AdapterRegistry {
   /** Reserve a slot (evicting or waiting as needed) and copy `weights` into it. */
   private async loadToDevice(entry: AdapterEntry, weights: Weights): Promise<void> {
     if (!(await this.reserveSlot(entry))) return
+    if (this.closedWith !== null) throw this.closedWith
     let slot: number
     try {
       slot = await this.runnerQueue.run(() => this.runner.loadAdapter(weights))

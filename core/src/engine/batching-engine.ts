@@ -281,6 +281,8 @@ export class BatchingEngine implements Backend {
       })
     }
     const reason = err ?? new LoomError('server_closing')
+    // Before failing requests: their released pins must not let a waiting adapter load in.
+    this.loaded?.adapters.close(new LoomError('server_closing'))
     for (const seq of [...this.active]) this.fail(seq, reason)
     this.closeRunner()
   }

@@ -24,6 +24,12 @@ export interface FakeStepRunnerOptions {
   maxLoraRank?: number
   /** Wall-clock delay of every step (a macrotask), to let tests act while a step is in flight. */
   stepDelayMs?: number
+  /**
+   * Derive an adapter row's logits from the key of the weights in its slot (`adapterSalt(key)`)
+   * instead of the slot number, so an adapter gives the same tokens whichever slot it lands in
+   * (for eviction tests, where an adapter comes back in another slot).
+   */
+  saltByAdapterKey?: boolean
   /** Called before each step with its index; throw to make the step fail. */
   beforeStep?: (batch: StepBatch, index: number) => void
 }
@@ -75,6 +81,13 @@ export function fakeLogits(history: readonly number[], loraSlot: number, vocabSi
   return out
 }
 
+/** The number an adapter's key stands for in the fake logits when `saltByAdapterKey` is on. */
+export function adapterSalt(key: string): number {
+  let h = HASH_SEED
+  for (let i = 0; i < key.length; i++) h = hashStep(h, key.charCodeAt(i))
+  return 1000 + (h & 0xffffff)
+}
+
 /** Greedy continuation computed directly from `fakeLogits`, with no engine involved. */
 export function fakeGreedy(
   prompt: readonly number[],
@@ -103,6 +116,8 @@ export class FakeStepRunner implements StepRunner {
   readonly loadedWeights: (LoraWeights | MedusaWeights | null)[]
   readonly unloadedSlots: number[] = []
   loadCalls = 0
+  /** Successful `loadAdapter` calls. */
+  adapterLoads = 0
   closeCalls = 0
   /** True while a step is executing (used to check steps never overlap adapter loads). */
   private busy = false
@@ -110,6 +125,8 @@ export class FakeStepRunner implements StepRunner {
   /** Token id stored in each cache slot, and the sequence that wrote it (-1: never written). */
   private readonly kvTokens: Int32Array
   private readonly kvOwner: Int32Array
+  /** The weights each sequence's rows used first: a sequence must never see its adapter swapped. */
+  private readonly seqWeights = new Map<number, LoraWeights | MedusaWeights>()
 
   constructor(options: FakeStepRunnerOptions = {}) {
     this.options = options
@@ -147,6 +164,7 @@ export class FakeStepRunner implements StepRunner {
     const slot = this.loadedWeights.indexOf(null)
     if (slot < 0) throw new LoomError('adapter_slots_full', { slots: this.spec.adapterSlots })
     this.loadedWeights[slot] = weights
+    this.adapterLoads++
     return slot
   }
 
@@ -205,9 +223,16 @@ export class FakeStepRunner implements StepRunner {
         if (other !== undefined && other !== row.seqId) this.violations.push(`${where}: block ${block} shared`)
         blocksInBatch.set(block, row.seqId)
       }
-      if (row.loraSlot >= 0 && this.loadedWeights[row.loraSlot] === null) {
+      const weights = row.loraSlot >= 0 ? this.loadedWeights[row.loraSlot] : null
+      if (row.loraSlot >= 0 && weights === null) {
         this.violations.push(`${where}: lora slot ${row.loraSlot} not loaded`)
       }
+      if (weights !== null && weights !== undefined) {
+        const first = this.seqWeights.get(row.seqId)
+        if (first === undefined) this.seqWeights.set(row.seqId, weights)
+        else if (first !== weights) this.violations.push(`${where}: adapter ${first.key} swapped for ${weights.key}`)
+      }
+      const salt = weights && this.options.saltByAdapterKey ? adapterSalt(weights.key) : row.loraSlot
       const slotOf = (c: number): number => row.blockTable[Math.floor(c / bs)]! * bs + (c % bs)
       let h = HASH_SEED
       for (let c = 0; c < row.cacheLen; c++) {
@@ -224,7 +249,7 @@ export class FakeStepRunner implements StepRunner {
         this.kvOwner[slot] = row.seqId
         h = hashStep(h, row.tokens[i]!)
         if (next < row.logitIndices.length && row.logitIndices[next] === i) {
-          fakeLogitsFromHash(h, row.loraSlot, V, logits, out * V)
+          fakeLogitsFromHash(h, salt, V, logits, out * V)
           out++
           next++
         }
