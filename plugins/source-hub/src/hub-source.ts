@@ -1,0 +1,225 @@
+import { createHash } from 'node:crypto'
+import {
+  LoomError,
+  type AdapterFileInfo,
+  type AdapterRef,
+  type AdapterSource,
+  type Logger,
+  type ResolvedAdapter,
+  type SourceContext,
+} from '@loom/core'
+import { downloadFile } from './download-file.ts'
+import type { HubClient, HubPath } from './hub-client.ts'
+import { parseHubId, type HubId } from './hub-id.ts'
+import { HubRequestError } from './hub-request-error.ts'
+import { withRetries, type RetryPolicy } from './with-retries.ts'
+
+/** Files an adapter repo may hold that the runtime reads (LoRA, Medusa, tokenizer). Nothing else is fetched. */
+export const ADAPTER_FILES = [
+  'adapter_config.json',
+  'adapter_model.safetensors',
+  'adapter_model.bin',
+  'config.json',
+  'medusa_lm_head.safetensors',
+  'model.safetensors',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'special_tokens_map.json',
+] as const
+
+/** Resolutions pinned by sha never change; this many are remembered. */
+const PINNED_CACHE_SIZE = 256
+
+export interface HubSourceOptions {
+  /** The `adapter_source` code. */
+  readonly name: string
+  readonly client: HubClient
+  readonly retry: RetryPolicy
+  /** Per-request timeout for metadata, idle timeout for file bodies. */
+  readonly timeoutMs: number
+  /** How long a branch or tag resolution may be reused (0: never). */
+  readonly resolveTtlMs: number
+  /** The caller's token, or the server's when the fallback is on. */
+  readonly tokenFor: (token: string | undefined) => string | undefined
+  readonly logger: Logger
+}
+
+interface CachedResolution {
+  readonly resolved: ResolvedAdapter
+  readonly expires: number
+}
+
+/**
+ * Adapters in model repositories of the Hugging Face hub (or a hub-compatible server).
+ *
+ * resolve(): model info at the requested revision gives the commit sha (the cache key), then one
+ * `paths-info` call at that sha lists which adapter files exist, with sizes and, for LFS files,
+ * sha256. A branch or tag resolution is reused for `resolveTtlMs`; a sha-pinned one for good.
+ * Sharing those results between callers is safe because the core authorizes every request
+ * (AuthChecker) before it acquires the adapter. Concurrent identical resolutions with the same
+ * token share one pair of hub calls.
+ *
+ * fetch(): one streamed GET per file at the pinned sha, size and sha256 checked, transient
+ * failures (no answer, 5xx, 429, cut or damaged bodies) retried with exponential backoff.
+ */
+export class HubAdapterSource implements AdapterSource {
+  readonly name: string
+  readonly #options: HubSourceOptions
+  readonly #resolved = new Map<string, CachedResolution>()
+  readonly #inflight = new Map<string, Promise<ResolvedAdapter>>()
+
+  constructor(options: HubSourceOptions) {
+    this.name = options.name
+    this.#options = options
+  }
+
+  async resolve(ref: AdapterRef, ctx: SourceContext): Promise<ResolvedAdapter> {
+    const id = parseHubId(ref.id, this.name)
+    const key = `${id.repo}@${id.revision ?? ''}`
+    const cached = this.#resolved.get(key)
+    if (cached && cached.expires > Date.now()) return cached.resolved
+    const token = this.#options.tokenFor(ctx.token)
+    // Callers only share a call made with the same token: another token may be refused.
+    const flightKey = `${key}\0${token === undefined ? '' : createHash('sha256').update(token).digest('hex')}`
+    let flight = this.#inflight.get(flightKey)
+    if (!flight) {
+      // The shared call runs on its own signal (bounded by the timeout), so one caller leaving does not fail the rest.
+      flight = this.#resolveNow(ref.id, id, token, new AbortController().signal, ctx.logger).finally(() =>
+        this.#inflight.delete(flightKey),
+      )
+      this.#inflight.set(flightKey, flight)
+    }
+    const resolved = await raceAbort(flight, ctx.signal)
+    this.#remember(key, id, resolved)
+    return resolved
+  }
+
+  async fetch(resolved: ResolvedAdapter, destDir: string, ctx: SourceContext): Promise<void> {
+    const token = this.#options.tokenFor(ctx.token)
+    const total = resolved.files.reduce((sum, file) => sum + (file.size ?? 0), 0)
+    const log = ctx.logger.child({ source: this.name, repo: resolved.id, revision: resolved.revision })
+    log.info({ files: resolved.files.length, bytes: total }, 'downloading adapter from the hub')
+    const started = Date.now()
+    for (const file of resolved.files) {
+      const target = { repo: resolved.id, sha: resolved.revision, file, destDir }
+      try {
+        await withRetries(
+          this.#options.retry,
+          ctx.signal,
+          () => downloadFile(this.#options.client, target, token, ctx.signal, this.#options.timeoutMs, log),
+          (err, retry, delayMs) =>
+            log.warn({ file: file.path, retry, delayMs, reason: err.message }, 'retrying download'),
+        )
+      } catch (err) {
+        throw this.#downloadError(resolved.id, token !== undefined, err)
+      }
+    }
+    log.info({ bytes: total, ms: Date.now() - started }, 'adapter downloaded')
+  }
+
+  async #resolveNow(
+    requested: string,
+    id: HubId,
+    token: string | undefined,
+    signal: AbortSignal,
+    logger: Logger,
+  ): Promise<ResolvedAdapter> {
+    const { client } = this.#options
+    const retry = <T>(what: string, call: () => Promise<T>) =>
+      withRetries(this.#options.retry, signal, call, (err, n, delayMs) =>
+        logger.warn({ source: this.name, repo: id.repo, retry: n, delayMs, reason: err.message }, `retrying ${what}`),
+      )
+    try {
+      const facts = await retry('model info', () => client.modelInfo(id.repo, id.revision, token, signal))
+      const listed = await retry('file list', () => client.pathsInfo(id.repo, facts.sha, ADAPTER_FILES, token, signal))
+      const files = chooseFiles(listed)
+      if (!files.some((f) => f.path === 'adapter_config.json' || f.path === 'config.json')) {
+        throw new LoomError('adapter_invalid', {
+          id: requested,
+          detail: `the repository (commit ${facts.sha.slice(0, 12)}) has neither adapter_config.json (LoRA) nor config.json (Medusa)`,
+        })
+      }
+      logger.debug({ source: this.name, repo: id.repo, revision: facts.sha, files: files.length }, 'adapter resolved')
+      // The id without `@revision`: every spelling of one commit shares a cache entry and a loaded adapter.
+      return { source: this.name, id: id.repo, revision: facts.sha, files }
+    } catch (err) {
+      throw this.#resolveError(requested, token !== undefined, err)
+    }
+  }
+
+  #remember(key: string, id: HubId, resolved: ResolvedAdapter): void {
+    const pinned = id.revision === resolved.revision
+    if (!pinned && this.#options.resolveTtlMs === 0) return
+    this.#resolved.delete(key)
+    this.#resolved.set(key, { resolved, expires: pinned ? Infinity : Date.now() + this.#options.resolveTtlMs })
+    // Drop the oldest entries first (a Map keeps insertion order).
+    for (const old of this.#resolved.keys()) {
+      if (this.#resolved.size <= PINNED_CACHE_SIZE) break
+      this.#resolved.delete(old)
+    }
+  }
+
+  #resolveError(id: string, hadToken: boolean, err: unknown): unknown {
+    if (!(err instanceof HubRequestError)) return err
+    if (err.kind === 'http' && err.status !== undefined) {
+      const auth = authError(id, hadToken, err)
+      if (auth) return auth
+      if (err.status === 404) return new LoomError('adapter_not_found', { id, source: this.name }, { cause: err })
+    }
+    return new LoomError('adapter_source_unavailable', { source: this.name, id, detail: err.message }, { cause: err })
+  }
+
+  #downloadError(id: string, hadToken: boolean, err: unknown): unknown {
+    if (!(err instanceof HubRequestError)) return err
+    const auth = err.kind === 'http' ? authError(id, hadToken, err) : null
+    return (
+      auth ?? new LoomError('adapter_download_failed', { id, source: this.name, detail: err.message }, { cause: err })
+    )
+  }
+}
+
+/** 401/403 from the hub while resolving or downloading: the token changed under us, or none was sent. */
+function authError(id: string, hadToken: boolean, err: HubRequestError): LoomError | null {
+  if (err.status === 401) {
+    return hadToken
+      ? new LoomError('auth_invalid', { id, detail: 'the hub does not accept the token' }, { cause: err })
+      : new LoomError('auth_missing', { id, detail: 'the repository is private or gated' }, { cause: err })
+  }
+  if (err.status === 403) {
+    return new LoomError('auth_forbidden', { id, detail: 'the hub refused access to the repository' }, { cause: err })
+  }
+  return null
+}
+
+/** The listed files the runtime needs: safetensors weights win over `.bin`; `model.safetensors` only for Medusa. */
+export function chooseFiles(listed: readonly HubPath[]): AdapterFileInfo[] {
+  const present = new Map(listed.filter((p) => p.type === 'file').map((p) => [p.path, p]))
+  if (present.has('adapter_model.safetensors')) present.delete('adapter_model.bin')
+  if (present.has('adapter_config.json') || !present.has('config.json')) present.delete('model.safetensors')
+  return ADAPTER_FILES.flatMap((name) => {
+    const p = present.get(name)
+    if (!p) return []
+    return [
+      p.lfsSha256 === undefined ? { path: name, size: p.size } : { path: name, size: p.size, sha256: p.lfsSha256 },
+    ]
+  })
+}
+
+/** `promise`, or the abort reason as soon as `signal` aborts. */
+function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason)
+    signal.addEventListener('abort', onAbort, { once: true })
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(value)
+      },
+      (err: unknown) => {
+        signal.removeEventListener('abort', onAbort)
+        reject(err)
+      },
+    )
+  })
+}
