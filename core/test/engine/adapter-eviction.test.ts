@@ -1,5 +1,5 @@
 import t from 'tap'
-import type { LocalAdapter } from '../../src/contracts/adapter.ts'
+import type { AdapterHandle, LocalAdapter } from '../../src/contracts/adapter.ts'
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
 import { weightBytes } from '../../src/engine/host-weight-cache.ts'
 import { adapterSalt, fakeGreedy } from './fake-step-runner.ts'
@@ -28,7 +28,7 @@ t.test('2 slots, 5 adapters round-robin: every request gets its own adapter’s 
     reader.read,
   )
   const names = ['a', 'b', 'c', 'd', 'e']
-  const handles = []
+  const handles: AdapterHandle[] = []
   for (const name of names) handles.push(await engine.loadAdapter(localAdapter(name)))
   t.equal(engine.stats().loadedAdapters, 2, 'only two resident')
   const jobs = Array.from({ length: 40 }, (_, i) => {
