@@ -284,6 +284,25 @@ t.test('damaged or unsupported archives fail with one clear adapter_invalid', as
     'archive/data/0': floats(1, 2, 3, 4),
   })
   expectInvalid(t, () => TorchStateDict.parse(outside, ctx), 'reaches element 4 of storage 0, which holds 4')
+  const huge = archive(
+    pickle(
+      PROTO2,
+      '}',
+      str('w'),
+      ...tensor('0', 4, 0, 4).slice(0, -6),
+      [0x4a, ...u32(1 << 30)],
+      '\x85',
+      int1(0),
+      '\x85\x89',
+      glob('collections', 'OrderedDict'),
+      ')RtR',
+      's.',
+    ),
+    {
+      'archive/data/0': floats(1, 2, 3, 4),
+    },
+  )
+  expectInvalid(t, () => TorchStateDict.parse(huge, ctx), 'has more than 268435456 elements')
   const noStop = archive(pickle(PROTO2, '}'))
   expectInvalid(t, () => TorchStateDict.parse(noStop, ctx), 'ends without a STOP opcode')
   const badMemo = archive(pickle(PROTO2, 'h\x07.'))

@@ -71,6 +71,12 @@ interface StorageTypeGlobal extends PickleGlobal {
   readonly dtype: TorchDtype
 }
 
+/**
+ * Views with more elements than this are refused: a stride-0 view of one element could otherwise
+ * ask for gigabytes when materialised. Real LoRA tensors are a few million elements at most.
+ */
+const MAX_TENSOR_ELEMENTS = 2 ** 28
+
 const refuse = (detail: string): TorchBinError => new TorchBinError(detail, { refused: true })
 const damaged = (detail: string): TorchBinError => new TorchBinError(`data.pkl: ${detail}`)
 
@@ -116,6 +122,10 @@ function rebuildTensor(args: readonly PickleValue[]): TorchTensor {
   const stride = counts(strideArg!, 'stride')
   if (size.length !== stride.length) {
     throw damaged(`a tensor has size [${size.join(', ')}] but stride [${stride.join(', ')}]`)
+  }
+  const numel = size.reduce((a, b) => a * b, 1)
+  if (!Number.isSafeInteger(numel) || numel > MAX_TENSOR_ELEMENTS) {
+    throw damaged(`a tensor of size [${size.join(', ')}] has more than ${MAX_TENSOR_ELEMENTS} elements`)
   }
   // Hooks would be functions, and functions are refused as globals; an empty dict is all torch writes.
   if (!(hooks instanceof PickleDict) || hooks.map.size > 0) throw refuse('pickle attaches backward hooks to a tensor')
