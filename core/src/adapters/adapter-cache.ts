@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { mkdir, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AdapterSource, SourceContext } from '../contracts/adapter-source.ts'
@@ -10,6 +10,8 @@ import type { Metrics } from '../metrics/index.ts'
 import { bytesUnder, findDownloadProblem } from './file-checks.ts'
 
 const COMPLETE_MARKER = '.loom-complete'
+/** Written next to the marker: which adapter a cache directory holds (directory names are lossy). */
+const IDENTITY_FILE = '.loom-adapter.json'
 /** Adapters at least this large get progress lines in the log while they download. */
 const PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 const PROGRESS_EVERY_MS = 2000
@@ -46,6 +48,25 @@ export class AdapterCache {
   /** The directory an adapter's files live in once cached. */
   pathFor(resolved: ResolvedAdapter): string {
     return join(this.#options.root, segment(resolved.source), segment(resolved.id), segment(resolved.revision))
+  }
+
+  /** Every complete adapter in the cache (from earlier runs too). */
+  async listCached(): Promise<{ source: string; id: string; revision: string }[]> {
+    const entries = await readdir(this.#options.root, { recursive: true }).catch(() => [] as string[])
+    const found = []
+    for (const entry of entries) {
+      if (!entry.endsWith(IDENTITY_FILE) || entry.startsWith('.tmp')) continue
+      const dir = join(this.#options.root, entry, '..')
+      if (!(await isComplete(dir))) continue
+      const text = await readFile(join(this.#options.root, entry), 'utf8').catch(() => null)
+      if (text === null) continue
+      try {
+        found.push(JSON.parse(text) as { source: string; id: string; revision: string })
+      } catch {
+        // A damaged identity file only hides the entry from listings; the cache still works.
+      }
+    }
+    return found
   }
 
   /** Return the cached directory, downloading it first if needed. */
@@ -106,6 +127,8 @@ export class AdapterCache {
       await source.fetch(resolved, tmp, ctx)
       const problem = await findDownloadProblem(tmp, resolved.files)
       if (problem !== null) throw new TransientError(problem)
+      const identity = { source: resolved.source, id: resolved.id, revision: resolved.revision }
+      await writeFile(join(tmp, IDENTITY_FILE), JSON.stringify(identity))
       await writeFile(join(tmp, COMPLETE_MARKER), new Date().toISOString())
       await mkdir(join(dir, '..'), { recursive: true })
       await rename(tmp, dir).catch(async (err: NodeJS.ErrnoException) => {

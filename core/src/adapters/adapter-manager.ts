@@ -28,7 +28,8 @@ export interface AcquiredAdapter {
 export interface KnownAdapter {
   readonly source: string
   readonly id: string
-  readonly revision: string
+  /** Null for adapters a source lists but nobody has used yet. */
+  readonly revision: string | null
 }
 
 /**
@@ -50,13 +51,24 @@ export class AdapterManager {
     return [...this.#deps.sources.keys()].sort()
   }
 
-  /** Adapters resolved so far (most recent revision of each id). */
-  known(): KnownAdapter[] {
-    return [...this.#resolved.values()].map(({ value }) => ({
-      source: value.source,
-      id: value.id,
-      revision: value.revision,
-    }))
+  /**
+   * Adapters this server knows: resolved since start, in the disk cache, and offered by sources
+   * that can list theirs (local roots). One entry per (source, id), newest knowledge first.
+   */
+  async known(): Promise<KnownAdapter[]> {
+    const byKey = new Map<string, KnownAdapter>()
+    const add = (a: KnownAdapter) => {
+      const key = `${a.source}\0${a.id}`
+      if (!byKey.has(key)) byKey.set(key, a)
+    }
+    for (const { value } of this.#resolved.values())
+      add({ source: value.source, id: value.id, revision: value.revision })
+    for (const cached of await this.#deps.cache.listCached()) add(cached)
+    for (const source of this.#deps.sources.values()) {
+      const ids = (await source.list?.().catch(() => [])) ?? []
+      for (const id of ids) add({ source: source.name, id, revision: null })
+    }
+    return [...byKey.values()]
   }
 
   /**

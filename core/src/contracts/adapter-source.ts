@@ -36,6 +36,13 @@ export interface AdapterSource {
    */
   fetch(resolved: ResolvedAdapter, destDir: string, ctx: SourceContext): Promise<void>
 
+  /**
+   * Optional: ids this source can offer without a network round trip (for example the adapter
+   * directories under the local roots), listed by `GET /v1/models`. Sources backed by a remote
+   * catalogue leave it out.
+   */
+  list?(): Promise<string[]>
+
   /** Release clients and sockets. Called once when the server closes. */
   close?(): Promise<void>
 }

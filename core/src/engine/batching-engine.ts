@@ -40,6 +40,9 @@ interface Loaded {
 /**
  * Turns any `StepRunner` into a `Backend`: continuous batching over a paged KV cache, per-adapter
  * fair queues, sampling, stop rules and structured-output masks (see `Scheduler` for the policy).
+ * Adapters live in a bounded set of device slots with LRU eviction of unpinned adapters and a host
+ * weight cache for reloads (see `AdapterRegistry` for that policy); a handle stays valid across
+ * evictions until `unloadAdapter`.
  *
  * One step is in flight at a time; the loop awaits the runner and yields to the event loop between
  * steps, so requests join and leave at step boundaries while the JS thread stays free. Every runner

@@ -15,7 +15,10 @@ export type FinishReason = 'length' | 'eos_token' | 'stop_sequence'
 /** A generated token with the text it added to the output (possibly empty while text is held back). */
 export interface TextToken {
   readonly id: number
+  /** What this token added to the output text (stream deltas concatenate to the whole text). */
   readonly text: string
+  /** The token's own string (`decode([id])`), as logprob listings show it. */
+  readonly piece: string
   readonly logprob: number
   readonly special: boolean
   readonly skipped: boolean
@@ -232,6 +235,7 @@ export class GenerationService {
     const token: TextToken = {
       id: generated.id,
       text,
+      piece: tokenizer.decode([generated.id], { skipSpecialTokens: false }),
       logprob: generated.logprob,
       special: tokenizer.isSpecial(generated.id),
       skipped: generated.skipped,

@@ -1,6 +1,6 @@
 import type { DestinationStream } from 'pino'
 import { AdapterCache } from '../adapters/adapter-cache.ts'
-import { AdapterManager } from '../adapters/adapter-manager.ts'
+import { AdapterManager, type KnownAdapter } from '../adapters/adapter-manager.ts'
 import { AuthGate } from '../adapters/auth-gate.ts'
 import { readLoraAdapter } from '../adapters/read-lora.ts'
 import type { ValidConfig } from '../config/index.ts'
@@ -19,6 +19,9 @@ import { createHttpApp, type HttpApp, type InfoResponse } from '../http/index.ts
 import { createLogger, type LoomLogger } from '../logging/index.ts'
 import { createMetrics } from '../metrics/index.ts'
 import { nativeRoutes } from '../routes/native/native-routes.ts'
+import { chatRoute } from '../routes/openai/chat-route.ts'
+import { completionsRoute } from '../routes/openai/completions-route.ts'
+import { modelsRoute } from '../routes/openai/models-route.ts'
 import { JinjaTemplateEngine } from '../templates/jinja-template-engine.ts'
 import { HfTokenizerLoader } from '../tokenizer/index.ts'
 import { LOOM_VERSION } from '../version.ts'
@@ -34,6 +37,7 @@ export interface LoomServerOptions {
 export interface ServingState {
   readonly generation: GenerationService
   readonly limits: RequestLimits
+  readonly knownAdapters: () => Promise<readonly KnownAdapter[]>
 }
 
 async function readAdapterWeights(adapter: LocalAdapter, spec: ModelSpec) {
@@ -118,13 +122,16 @@ export class LoomServer {
         logger,
       })
       server = new LoomServer({ app, backend, logger, container, tokenizer, config })
-      await app.register(
-        nativeRoutes({
-          state: () => server?.serving ?? null,
-          defaultSource: config.adapters.default_source,
-          modelId: config.model.id,
-        }),
-      )
+      const routeDeps = {
+        state: () => server?.serving ?? null,
+        defaultSource: config.adapters.default_source,
+        modelId: config.model.id,
+        createdAt: Math.floor(Date.now() / 1000),
+      }
+      await app.register(nativeRoutes(routeDeps))
+      await app.register(chatRoute(routeDeps))
+      await app.register(completionsRoute(routeDeps))
+      await app.register(modelsRoute(routeDeps))
       return server
     } catch (err) {
       await container.dispose()
@@ -184,7 +191,7 @@ export class LoomServer {
       const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
       logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
     }
-    this.#state = { generation, limits }
+    this.#state = { generation, limits, knownAdapters: () => adapters.known() }
     this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
   }
 

@@ -49,6 +49,22 @@ export class LocalAdapterSource implements AdapterSource {
     return { source: this.name, id: ref.id, revision: hash.digest('hex').slice(0, 16), files, localDir: dir }
   }
 
+  /** Adapter directories directly under each root (ids relative to the first root when they are inside it). */
+  async list(): Promise<string[]> {
+    const ids: string[] = []
+    for (const [i, root] of this.#roots.entries()) {
+      const entries = await readdir(root, { withFileTypes: true }).catch(() => [])
+      for (const entry of entries) {
+        if (!entry.isDirectory()) continue
+        const dir = join(root, entry.name)
+        const files = new Set(await readdir(dir).catch(() => [] as string[]))
+        if (!files.has('adapter_config.json') && !files.has('config.json')) continue
+        ids.push(i === 0 ? entry.name : dir)
+      }
+    }
+    return ids.sort()
+  }
+
   async fetch(): Promise<void> {
     // Never called: resolve() sets localDir, so the cache uses the directory in place.
   }

@@ -110,7 +110,7 @@ export function nativeRoutes(deps: NativeRouteDeps) {
               }
             : null
           recordSuccess(reply, result)
-          const token = last ?? { id: -1, text: '', logprob: 0, special: true, skipped: false }
+          const token = last ?? { id: -1, text: '', piece: '', logprob: 0, special: true, skipped: false }
           await sse.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
         }
       } catch (err) {

@@ -1,0 +1,84 @@
+import { LoomError, fieldError } from '../../errors/index.ts'
+import type { GenerationRequest } from '../../generation/generation-request.ts'
+import { expectObject, optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../validation/fields.ts'
+import { IGNORED_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
+
+const COMPLETION_FIELDS = new Set([
+  'model',
+  'prompt',
+  'max_tokens',
+  'temperature',
+  'top_p',
+  'n',
+  'stop',
+  'seed',
+  'presence_penalty',
+  'frequency_penalty',
+  'logprobs',
+  'echo',
+  'stream',
+  'stream_options',
+  'logit_bias',
+  'suffix',
+  'best_of',
+  // Loom / LoRAX extensions
+  'adapter_source',
+  'api_token',
+  'top_k',
+  'repetition_penalty',
+  'ignore_eos_token',
+  ...IGNORED_FIELDS,
+])
+
+export interface CompletionsRequest extends OpenAiCommon {
+  readonly prompts: readonly string[]
+  readonly echo: boolean
+  /** Number of alternatives per token to report, or null when `logprobs` was not asked for. */
+  readonly logprobs: number | null
+  /** One generation request per prompt (each run `n` times). */
+  readonly generations: readonly GenerationRequest[]
+}
+
+/** Parse a `/v1/completions` body: `prompt` is a string or an array of strings; no template is applied. */
+export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): CompletionsRequest {
+  const body = expectObject(raw, 'body')
+  if (body.response_format !== undefined && body.response_format !== null) {
+    throw new LoomError(
+      'bad_request',
+      { detail: '`response_format` is supported on /v1/chat/completions only; use that endpoint for JSON output' },
+      { param: 'response_format' },
+    )
+  }
+  rejectUnknownKeys(body, COMPLETION_FIELDS, '')
+  if (body.suffix !== undefined && body.suffix !== null)
+    throw fieldError('suffix', 'is not supported by this server', body.suffix)
+  optionalNumber(body, 'best_of', 'best_of', { integer: true, min: 1, max: 1 })
+  const prompt = body.prompt
+  const prompts = typeof prompt === 'string' ? [prompt] : prompt
+  if (!Array.isArray(prompts) || prompts.length === 0 || prompts.some((p) => typeof p !== 'string')) {
+    throw fieldError('prompt', 'must be a string or a non-empty array of strings', prompt)
+  }
+  prompts.forEach((p, i) => {
+    if ((p as string).length === 0)
+      throw fieldError(Array.isArray(prompt) ? `prompt[${i}]` : 'prompt', 'must not be empty', p)
+  })
+  const common = parseOpenAiCommon(body, ctx, 'max_tokens')
+  const echo = optionalBoolean(body, 'echo', 'echo') ?? false
+  const logprobs = optionalNumber(body, 'logprobs', 'logprobs', { integer: true, min: 0, max: 5 }) ?? null
+  if (echo && logprobs !== null && common.stream) {
+    throw fieldError('echo', 'with `logprobs` is not supported when streaming', true)
+  }
+  return {
+    ...common,
+    prompts: prompts as string[],
+    echo,
+    logprobs,
+    generations: (prompts as string[]).map((text) => ({
+      ...common.generation,
+      prompt: text,
+      responseFormat: null,
+      topLogprobs: logprobs ?? 0,
+      prefillLogprobs: echo && logprobs !== null,
+    })),
+  }
+}

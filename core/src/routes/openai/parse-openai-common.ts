@@ -1,0 +1,101 @@
+import { fieldError } from '../../errors/index.ts'
+import type { GenerationRequest, RequestLimits } from '../../generation/generation-request.ts'
+import {
+  expectObject,
+  optionalBoolean,
+  optionalNumber,
+  optionalSeed,
+  optionalString,
+  optionalStringList,
+  type Body,
+} from '../../validation/fields.ts'
+
+/** What both v1 endpoints need to know about the server. */
+export interface OpenAiParseContext {
+  /** The served model id: `model` equal to it (or empty) selects the base model. */
+  readonly modelId: string
+  readonly defaultSource: string
+  readonly bearerToken: string | undefined
+  readonly limits: RequestLimits
+}
+
+/** Fields shared by `/v1/chat/completions` and `/v1/completions`, parsed once. */
+export interface OpenAiCommon {
+  readonly model: string
+  readonly n: number
+  readonly stream: boolean
+  readonly includeUsage: boolean
+  readonly generation: Omit<GenerationRequest, 'prompt' | 'responseFormat' | 'topLogprobs' | 'prefillLogprobs'>
+}
+
+/** Fields OpenAI clients commonly send that change nothing here; accepted and ignored. */
+export const IGNORED_FIELDS = ['user', 'metadata', 'store', 'service_tier', 'parallel_tool_calls']
+
+/**
+ * Parse the fields both endpoints share. OpenAI semantics: sampling at temperature 1 unless told
+ * otherwise; `temperature: 0` is greedy; `stop` is a string or up to `max_stop_sequences` strings;
+ * `model` names the base model (`""` or the served id) or an adapter on `adapter_source` (a Loom /
+ * LoRAX extension field, defaulting to the server's default source).
+ */
+export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokensField: string): OpenAiCommon {
+  const model = optionalString(body, 'model', 'model')
+  if (model === undefined) throw fieldError('model', 'is required (the model id, or an adapter id)', body.model)
+  const adapterSource = optionalString(body, 'adapter_source', 'adapter_source', { nonEmpty: true })
+  const apiToken = optionalString(body, 'api_token', 'api_token') || ctx.bearerToken || undefined
+  const adapter =
+    model === '' || model === ctx.modelId ? null : { source: adapterSource ?? ctx.defaultSource, id: model }
+
+  const temperature = optionalNumber(body, 'temperature', 'temperature', { min: 0, max: 2 }) ?? 1
+  const topP = optionalNumber(body, 'top_p', 'top_p', { above: 0, max: 1 }) ?? 1
+  const topK = optionalNumber(body, 'top_k', 'top_k', { integer: true, min: 0 }) ?? 0
+  const n = optionalNumber(body, 'n', 'n', { integer: true, min: 1, max: 16 }) ?? 1
+  const maxTokens = optionalNumber(body, maxTokensField, maxTokensField, {
+    integer: true,
+    min: 1,
+    max: ctx.limits.maxTotalTokens,
+  })
+  const stop =
+    optionalStringList(body, 'stop', 'stop', { allowSingle: true, maxItems: ctx.limits.maxStopSequences }) ?? []
+  if (stop.some((s) => s.length === 0)) throw fieldError('stop', 'must not contain empty strings', stop)
+  const stream = optionalBoolean(body, 'stream', 'stream') ?? false
+  const streamOptions =
+    body.stream_options === undefined || body.stream_options === null
+      ? undefined
+      : expectObject(body.stream_options, 'stream_options')
+  if (streamOptions && !stream)
+    throw fieldError('stream_options', 'is only allowed when `stream` is true', streamOptions)
+  const includeUsage = streamOptions
+    ? (optionalBoolean(streamOptions, 'include_usage', 'stream_options.include_usage') ?? false)
+    : false
+  const logitBias = body.logit_bias
+  if (logitBias !== undefined && logitBias !== null && Object.keys(expectObject(logitBias, 'logit_bias')).length > 0) {
+    throw fieldError('logit_bias', 'is not supported by this server (send an empty object or omit it)', logitBias)
+  }
+
+  return {
+    model,
+    n,
+    stream,
+    includeUsage,
+    generation: {
+      requestedModel: model,
+      includeStopSequence: false,
+      adapter,
+      apiToken,
+      sampling: {
+        temperature,
+        topK: temperature === 0 ? 0 : topK,
+        topP: temperature === 0 ? 1 : topP,
+        typicalP: 1,
+        repetitionPenalty: optionalNumber(body, 'repetition_penalty', 'repetition_penalty', { above: 0 }) ?? 1,
+        frequencyPenalty: optionalNumber(body, 'frequency_penalty', 'frequency_penalty', { min: -2, max: 2 }) ?? 0,
+        presencePenalty: optionalNumber(body, 'presence_penalty', 'presence_penalty', { min: -2, max: 2 }) ?? 0,
+        seed: optionalSeed(body, 'seed', 'seed'),
+      },
+      maxNewTokens: maxTokens ?? null,
+      stop,
+      truncate: null,
+      ignoreEos: optionalBoolean(body, 'ignore_eos_token', 'ignore_eos_token') ?? false,
+    },
+  }
+}

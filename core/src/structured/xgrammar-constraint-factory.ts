@@ -1,0 +1,259 @@
+/**
+ * Structured output with XGrammar: compiles a request's `response_format` into a grammar over the
+ * model's vocabulary (cached per schema) and hands out one `XGrammarConstraint` per request.
+ */
+import { existsSync } from 'node:fs'
+import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { CompiledGrammar, GrammarCompiler, TokenizerInfo } from '@mlc-ai/web-xgrammar'
+import type { ResponseFormat, TokenConstraintFactory } from '../contracts/grammar.ts'
+import { LoomError } from '../errors/index.ts'
+import { canonicalSchemaJson } from './canonical-json.ts'
+import { CompiledGrammarCache } from './compiled-grammar-cache.ts'
+import { grammarUnsupportedError } from './compile-error.ts'
+import { loadXGrammar, loadXGrammarInstance, type XGrammarFailure, type XGrammarInstance } from './load-xgrammar.ts'
+import { sanitizeJsonGrammar } from './sanitize-json-grammar.ts'
+import { vocabularyFromTokenizerJson, type XGrammarVocabulary } from './tokenizer-vocabulary.ts'
+import { XGrammarConstraint, type MatcherHandle } from './xgrammar-constraint.ts'
+
+/** How to build an `XGrammarConstraintFactory`. */
+export interface XGrammarConstraintFactoryOptions {
+  /** Parsed `tokenizer.json` of the model (or adapter) whose tokens are constrained. */
+  readonly tokenizerJson: object
+  /**
+   * Width of the model's logits (`vocab_size` in `config.json`). It may exceed the tokenizer's
+   * vocabulary (padded embeddings); ids past the tokenizer's are never allowed.
+   */
+  readonly vocabSize: number
+  /** Tokens that end generation; allowed exactly where the grammar can end. */
+  readonly eosTokenIds: readonly number[]
+  /** Compiled grammars kept (least recently used evicted). Default 64. */
+  readonly cacheSize?: number
+  /**
+   * Longest run of whitespace allowed between JSON elements (XGrammar's `max_whitespace_cnt`):
+   * enough for pretty-printed output, not enough for a model to loop on blanks. Default 24.
+   */
+  readonly maxWhitespace?: number
+}
+
+/** What one compile needs: a schema (as XGrammar reads it) and its strictness. */
+interface CompileRequest {
+  readonly schema: string
+  /** XGrammar's strict mode: no properties or items beyond those the schema lists. */
+  readonly strict: boolean
+}
+
+/** A started instance with this vocabulary loaded into it. */
+interface Runtime {
+  readonly xgrammar: XGrammarInstance
+  readonly tokenizerInfo: TokenizerInfo
+  readonly compiler: GrammarCompiler
+  readonly cache: CompiledGrammarCache<CompiledGrammar>
+  /** The binding's matcher class, taken from the first matcher made through the package API. */
+  matcherClass:
+    | (new (
+        grammar: unknown,
+        stopTokens: undefined,
+        terminateWithoutStop: boolean,
+        maxRollback: number,
+      ) => MatcherHandle)
+    | null
+}
+
+/**
+ * `json_object` without a schema: any JSON object (XGrammar's non-strict object, whose values are
+ * any JSON). OpenAI's JSON mode and LoRAX both promise an object, not any JSON value.
+ */
+const ANY_OBJECT: CompileRequest = { schema: '{"type":"object"}', strict: false }
+
+/**
+ * `TokenConstraintFactory` over XGrammar, for one tokenizer and model vocabulary size. The wasm
+ * engine, the vocabulary and the compiler are set up on first use (or by `warmUp()`).
+ *
+ * Schemas compile in XGrammar's strict mode (as vLLM and SGLang do): a property or array item the
+ * schema does not list is never produced, so every output also validates against the schema
+ * under plain JSON Schema rules. OpenAI's `strict` flag therefore does not change the grammar.
+ */
+export class XGrammarConstraintFactory implements TokenConstraintFactory {
+  readonly vocabSize: number
+  readonly eosTokenIds: readonly number[]
+  readonly #vocabulary: XGrammarVocabulary
+  readonly #cacheSize: number
+  readonly #maxWhitespace: number
+  #runtime: Promise<Runtime> | null = null
+  #compiles = 0
+  #closed = false
+
+  constructor(options: XGrammarConstraintFactoryOptions) {
+    this.#vocabulary = vocabularyFromTokenizerJson(options.tokenizerJson)
+    const tokenizerSize = this.#vocabulary.encodedVocab.length
+    if (!Number.isInteger(options.vocabSize) || options.vocabSize < tokenizerSize) {
+      throw new RangeError(`vocabSize ${options.vocabSize} is smaller than the tokenizer's ${tokenizerSize} tokens`)
+    }
+    for (const id of options.eosTokenIds) {
+      if (!Number.isInteger(id) || id < 0 || id >= options.vocabSize) {
+        throw new RangeError(`eos token id ${id} is outside the vocabulary (size ${options.vocabSize})`)
+      }
+    }
+    this.vocabSize = options.vocabSize
+    this.eosTokenIds = [...options.eosTokenIds]
+    this.#cacheSize = options.cacheSize ?? 64
+    this.#maxWhitespace = options.maxWhitespace ?? 24
+  }
+
+  /**
+   * Build a factory from a model (or adapter) directory's `tokenizer.json`. `vocabSize` and
+   * `eosTokenIds` come from the model (`config.json`'s `vocab_size`; the ids of `eos_token` and
+   * any `eos_token_id` list in `config.json` / `generation_config.json`).
+   */
+  static async fromModelDir(
+    dir: string,
+    options: Omit<XGrammarConstraintFactoryOptions, 'tokenizerJson'>,
+  ): Promise<XGrammarConstraintFactory> {
+    const path = join(dir, 'tokenizer.json')
+    if (!existsSync(path)) throw new LoomError('tokenizer_invalid', { path: dir, detail: 'no tokenizer.json' })
+    let tokenizerJson: unknown
+    try {
+      tokenizerJson = JSON.parse(await readFile(path, 'utf8'))
+    } catch (err) {
+      const detail = `${path}: ${err instanceof Error ? err.message : String(err)}`
+      throw new LoomError('tokenizer_invalid', { path: dir, detail }, { cause: err })
+    }
+    if (tokenizerJson === null || typeof tokenizerJson !== 'object') {
+      throw new LoomError('tokenizer_invalid', { path: dir, detail: `${path} is not a JSON object` })
+    }
+    return new XGrammarConstraintFactory({ ...options, tokenizerJson })
+  }
+
+  /** Grammars compiled so far (cache misses), for tests and metrics. */
+  get compileCount(): number {
+    return this.#compiles
+  }
+
+  /** Start the engine and load the vocabulary now instead of on the first request. */
+  async warmUp(): Promise<void> {
+    await this.#getRuntime()
+  }
+
+  async create(spec: ResponseFormat): Promise<XGrammarConstraint> {
+    if (this.#closed) throw new LoomError('server_closing')
+    const request = compileRequestOf(spec)
+    const runtime = await this.#getRuntime()
+    const key = `${request.strict ? 'strict' : 'loose'}:${request.schema}`
+    const compiled = await runtime.cache.getOrCompile(key, () => this.#compile(runtime, request))
+    return new XGrammarConstraint(
+      await newMatcher(runtime, compiled),
+      this.vocabSize,
+      this.eosTokenIds,
+      runtime.xgrammar.memory,
+    )
+  }
+
+  /** Free the compiled grammars and refuse new requests; live constraints keep working. */
+  close(): void {
+    this.#closed = true
+    const runtime = this.#runtime
+    this.#runtime = null
+    void runtime?.then(
+      (r) => r.cache.clear(),
+      () => undefined,
+    )
+  }
+
+  async #compile(runtime: Runtime, request: CompileRequest): Promise<CompiledGrammar> {
+    this.#compiles++
+    const { compiler } = runtime
+    try {
+      const { api } = runtime.xgrammar
+      const { value } = await runtime.xgrammar.captureOutput(async () => {
+        // Any whitespace between elements (models write JSON both ways), default separators,
+        // bounded whitespace runs. Schema → EBNF → repaired EBNF → compiled grammar.
+        const fromSchema = await api.Grammar.fromJSONSchema(
+          request.schema,
+          true,
+          -1,
+          undefined,
+          request.strict,
+          this.#maxWhitespace,
+        )
+        const ebnf = fromSchema.toString()
+        fromSchema.dispose()
+        const grammar = await api.Grammar.fromEBNF(sanitizeJsonGrammar(ebnf))
+        try {
+          return await compiler.compileGrammar(grammar)
+        } finally {
+          grammar.dispose()
+        }
+      })
+      return value
+    } catch (err) {
+      // The instance aborted: give later requests a fresh one; constraints made from this one
+      // keep working on it.
+      if (this.#runtime !== null && (await this.#runtime.catch(() => null)) === runtime) {
+        this.#runtime = this.#startRuntime(true)
+      }
+      throw grammarUnsupportedError((err as XGrammarFailure).xgrammarOutput ?? [], err)
+    }
+  }
+
+  #getRuntime(): Promise<Runtime> {
+    if (this.#runtime === null) this.#runtime = this.#startRuntime(false)
+    return this.#runtime
+  }
+
+  async #startRuntime(fresh: boolean): Promise<Runtime> {
+    const xgrammar = fresh ? await loadXGrammarInstance() : await loadXGrammar()
+    const { encodedVocab, vocabType, prependSpace } = this.#vocabulary
+    const { value } = await xgrammar.captureOutput(async () => {
+      const tokenizerInfo = await xgrammar.api.TokenizerInfo.createTokenizerInfo(
+        encodedVocab,
+        vocabType,
+        prependSpace,
+        this.vocabSize,
+        [...this.eosTokenIds],
+      )
+      // XGrammar's own cache is off: this factory caches, and an aborted compile could leave an
+      // entry of XGrammar's cache half-made.
+      const compiler = await xgrammar.api.GrammarCompiler.createGrammarCompiler(tokenizerInfo, false)
+      return { tokenizerInfo, compiler }
+    })
+    const cache = new CompiledGrammarCache<CompiledGrammar>(this.#cacheSize, (grammar) => grammar.dispose())
+    return { xgrammar, cache, matcherClass: null, ...value }
+  }
+}
+
+/**
+ * A matcher's binding handle. The wrapper calls the handle directly: its methods are synchronous,
+ * while the package's mask method is async only to await a start-up that has already happened.
+ * After the first matcher, the binding class is called directly too: the package's factory also
+ * copies the grammar's tokenizer info into a handle it never frees, once per request.
+ */
+async function newMatcher(runtime: Runtime, compiled: CompiledGrammar): Promise<MatcherHandle> {
+  const grammarHandle = (compiled as unknown as { handle: unknown }).handle
+  if (runtime.matcherClass !== null) return new runtime.matcherClass(grammarHandle, undefined, false, -1)
+  const matcher = await runtime.xgrammar.api.GrammarMatcher.createGrammarMatcher(compiled)
+  const handle = (matcher as unknown as { handle: MatcherHandle }).handle
+  runtime.matcherClass = Object.getPrototypeOf(handle).constructor as Runtime['matcherClass']
+  return handle
+}
+
+/** The schema XGrammar compiles for a request's `response_format`. */
+function compileRequestOf(spec: ResponseFormat): CompileRequest {
+  const schema = spec.schema
+  if (spec.type === 'json_object' && (schema === undefined || schema === null)) return ANY_OBJECT
+  if (typeof schema === 'boolean' && !schema) {
+    throw new LoomError(
+      'grammar_unsupported',
+      { detail: 'the schema `false` accepts no value' },
+      { param: 'response_format' },
+    )
+  }
+  if (typeof schema !== 'boolean' && (schema === null || typeof schema !== 'object' || Array.isArray(schema))) {
+    throw new LoomError(
+      'grammar_unsupported',
+      { detail: 'the schema must be a JSON object' },
+      { param: 'response_format' },
+    )
+  }
+  return { schema: canonicalSchemaJson(schema), strict: true }
+}
