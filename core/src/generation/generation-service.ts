@@ -82,7 +82,7 @@ export class GenerationService {
   }
 
   async start(request: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
-    const { backend, tokenizer, adapters, limits, templates } = this.#deps
+    const { backend, adapters, limits, templates } = this.#deps
     // Authorization starts first and runs while the prompt is templated and tokenized.
     const ref = request.adapter
     const authorized = ref ? adapters.authorize(ref, request.apiToken) : Promise.resolve()
