@@ -531,17 +531,17 @@ export class FakeHub {
     if (counted) this.#downloads.set(key, (this.#downloads.get(key) ?? 0) + 1)
     const matches = (m: FileMatch) =>
       (m.repo === undefined || m.repo === repo) && (m.path === undefined || m.path === file.path)
+    const drop = take(this.#drops, matches)
+    if (drop) {
+      const cut = Math.min(drop.afterBytes ?? Math.floor(size / 2), Math.max(0, size - 1))
+      res.write(file.content.subarray(0, cut), () => res.destroy())
+      return
+    }
     let body = file.content
     if (take(this.#corruptions, matches)) {
       body = Buffer.from(body)
       const at = Math.floor(body.length / 2)
       body[at] = body[at]! ^ 0xff
-    }
-    const drop = take(this.#drops, matches)
-    if (drop) {
-      const cut = Math.min(drop.afterBytes ?? Math.floor(size / 2), Math.max(0, size - 1))
-      res.write(body.subarray(0, cut), () => res.destroy())
-      return
     }
     res.end(body)
   }
