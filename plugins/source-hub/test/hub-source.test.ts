@@ -256,7 +256,8 @@ t.test('the global token is used only when enabled and the request has none', as
   const off = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 }, { HF_TOKEN: READER })
   await t.rejects(off.source.resolve({ source: 'hub', id: 'acme/secret' }, context()), { code: 'auth_missing' })
 
-  for (const env of [{ LORAX_USE_GLOBAL_HF_TOKEN: '1' }, { LOOM_USE_GLOBAL_HF_TOKEN: 'true' }]) {
+  const switches: Record<string, string>[] = [{ LORAX_USE_GLOBAL_HF_TOKEN: '1' }, { LOOM_USE_GLOBAL_HF_TOKEN: 'true' }]
+  for (const env of switches) {
     const on = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 }, { ...env, HUGGING_FACE_HUB_TOKEN: READER })
     await on.source.resolve({ source: 'hub', id: 'acme/secret' }, context())
     t.equal(hub.requests.at(-1)!.token, READER, `${Object.keys(env)[0]}: the server's token was sent`)
