@@ -55,6 +55,10 @@ export const AdaptersSchema = z
      * An id with an explicit revision is immutable anyway; this bounds how long `main` stays pinned.
      */
     resolve_ttl_s: z.number().min(0).default(30),
+    /** Host memory (MiB) kept for parsed adapter weights evicted from device slots, so a reload skips the disk. */
+    host_cache_mb: z.number().min(0).default(1024),
+    /** Seconds a request may wait for a device slot while every slot is in use, before 503 `adapter_slots_full`. */
+    slot_wait_s: z.number().positive().default(30),
     /** Download attempts per adapter before the request fails (transient errors only). */
     download_attempts: z.number().int().min(1).max(10).default(3),
     /** Adapters loaded at startup. */

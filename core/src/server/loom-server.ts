@@ -109,6 +109,8 @@ export class LoomServer {
                 maxTotalTokens: config.limits.max_total_tokens,
               },
               readAdapter: readAdapterWeights,
+              hostCacheBytes: config.adapters.host_cache_mb * 1024 * 1024,
+              adapterLoadTimeoutMs: config.adapters.slot_wait_s * 1000,
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),
             })
