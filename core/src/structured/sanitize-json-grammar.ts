@@ -6,13 +6,16 @@
  * characters pass), and a `pattern`'s `.` or negated class becomes `[\u0000-\U0010FFFF]` / `[^x]`
  * (a raw `"`, `\` or control character passes, ending or breaking the string). Outside string
  * literals of the grammar itself, every negated class and the any-character class are narrowed to
- * exclude `"`, `\` and U+0000–U+001F. This only removes matches (a value the repaired grammar
+ * exclude `"`, `\`, U+0000–U+001F and the surrogates. This only removes matches (a value the repaired grammar
  * produces still satisfies the schema), and JSON's own string rule (`basic_string_sub`) already
  * excludes them, so it is unchanged in effect.
  */
 
 const ANY_CHAR = '[\\u0000-\\U0010FFFF]'
-/** What a JSON string may not contain raw, written as EBNF class members. */
+/**
+ * What a JSON string may not contain raw, written as EBNF class members; surrogate code points
+ * too, which XGrammar would emit as 3-byte sequences no UTF-8 decoder accepts.
+ */
 const FORBIDDEN_IN_STRING = '\\0-\\x1f\\"\\\\'
 
 /** Rewrite one character class (`[...]`, brackets included). */

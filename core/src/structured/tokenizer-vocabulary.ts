@@ -40,6 +40,15 @@ function byteLevelAlphabet(): string[] {
   return map
 }
 
+/**
+ * Bytes that appear in no valid UTF-8 text. XGrammar 0.1.27 reads a lead byte C0/C1 as the start
+ * of a (forbidden, overlong) two-byte character, so `C0 87` would pass as a character and decode
+ * to U+FFFD twice; tokens holding these bytes are never allowed.
+ */
+function neverInUtf8(byte: number): boolean {
+  return byte === 0xc0 || byte === 0xc1 || byte >= 0xf5
+}
+
 function vocabTypeOf(json: Json): XGrammarVocabType {
   const model = isObject(json.model) ? json.model : {}
   if (hasType(json.decoder, 'ByteFallback') || model.byte_fallback === true) return 'byte_fallback'
@@ -61,8 +70,9 @@ function prependsSpace(json: Json): boolean {
  * Build XGrammar's vocabulary from a parsed `tokenizer.json` (BPE, WordPiece or Unigram model).
  * Special added tokens become `''`, which XGrammar never allows inside a grammar (their text is
  * dropped on decode, so allowing them would let the output differ from what the grammar
- * matched); stop tokens are passed to XGrammar separately. Non-special added tokens are stored
- * raw in `tokenizer.json`, so they are re-encoded into the model's byte alphabet.
+ * matched); stop tokens are passed to XGrammar separately. So do tokens holding a byte that
+ * never occurs in UTF-8. Non-special added tokens are stored raw in `tokenizer.json`, so they are
+ * re-encoded into the model's byte alphabet.
  */
 export function vocabularyFromTokenizerJson(tokenizerJson: object): XGrammarVocabulary {
   const json = tokenizerJson as Json
@@ -91,6 +101,17 @@ export function vocabularyFromTokenizerJson(tokenizerJson: object): XGrammarVoca
       byId.set(added.id, Array.from(encoder.encode(added.content), (b) => alphabet[b]!).join(''))
     } else if (vocabType === 'byte_fallback') byId.set(added.id, added.content.replaceAll(' ', '\u2581'))
     else byId.set(added.id, added.content)
+  }
+  if (alphabet !== null) {
+    const byteOf = new Map(alphabet.map((ch, b) => [ch, b]))
+    for (const [id, token] of byId) {
+      for (const ch of token) if (neverInUtf8(byteOf.get(ch) ?? 0)) byId.set(id, '')
+    }
+  } else if (vocabType === 'byte_fallback') {
+    for (const [id, token] of byId) {
+      const byte = /^<0x([0-9A-Fa-f]{2})>$/.exec(token)
+      if (byte !== null && neverInUtf8(parseInt(byte[1]!, 16))) byId.set(id, '')
+    }
   }
   let size = 0
   for (const id of byId.keys()) if (id + 1 > size) size = id + 1

@@ -10,6 +10,7 @@ import type { ResponseFormat, TokenConstraintFactory } from '../contracts/gramma
 import { LoomError } from '../errors/index.ts'
 import { canonicalSchemaJson } from './canonical-json.ts'
 import { CompiledGrammarCache } from './compiled-grammar-cache.ts'
+import { enumerateIntegerRanges } from './integer-ranges.ts'
 import { grammarUnsupportedError } from './compile-error.ts'
 import { loadXGrammar, loadXGrammarInstance, type XGrammarFailure, type XGrammarInstance } from './load-xgrammar.ts'
 import { sanitizeJsonGrammar } from './sanitize-json-grammar.ts'
@@ -255,5 +256,5 @@ function compileRequestOf(spec: ResponseFormat): CompileRequest {
       { param: 'response_format' },
     )
   }
-  return { schema: canonicalSchemaJson(schema), strict: true }
+  return { schema: canonicalSchemaJson(enumerateIntegerRanges(schema)), strict: true }
 }
