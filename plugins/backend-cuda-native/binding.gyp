@@ -12,6 +12,7 @@
         "native/src/cpu/matmul-cpu.cc",
         "native/src/cpu/lora-cpu.cc",
         "native/src/cpu/ops-cpu.cc",
+        "native/src/cpu/read-bandwidth.cc",
         "native/src/model/llama-model.cc",
         "native/src/selftest/kernel-self-test.cc"
       ],

@@ -114,6 +114,11 @@ export interface KernelSelfTestResult {
 export interface NativeAddon {
   readonly Runtime: new () => NativeRuntime
   kernelSelfTest(seed: number, threads: number): Promise<KernelSelfTestResult>
+  /**
+   * Memory read bandwidth: GB/s (1e9 B/s) of each of `repeats` multi-threaded sums over a buffer of
+   * `bytes` (allocated and touched first, so page faults are not timed). For the benchmark's roofline.
+   */
+  measureReadBandwidth(bytes: number, threads: number, repeats: number): Promise<number[]>
   /** Devices compiled in, comma-separated (`cpu`). */
   readonly devices: string
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/cpu-device.h"
+#include "cpu/read-bandwidth.h"
 #include "model/llama-model.h"
 #include "selftest/kernel-self-test.h"
 
@@ -507,9 +508,44 @@ Napi::Value KernelSelfTest(const Napi::CallbackInfo& info) {
   return p;
 }
 
+// measureReadBandwidth(bytes, threads, repeats) -> Promise<number[]>: GB/s of each repetition of
+// a multi-threaded sum over a `bytes` buffer (cpu/read-bandwidth.h). Used by bench/run.ts for the
+// roofline; the buffer is allocated and freed off the JS thread.
+Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber())
+    return throw_status(env, bad_arg("measureReadBandwidth(bytes, threads, repeats) takes three numbers"));
+  const int64_t bytes = info[0].As<Napi::Number>().Int64Value();
+  const int threads = info[1].As<Napi::Number>().Int32Value();
+  const int repeats = info[2].As<Napi::Number>().Int32Value();
+  if (bytes < (int64_t(1) << 20) || bytes > (int64_t(1) << 36) || threads < 1 || threads > 1024 || repeats < 1 ||
+      repeats > 1000)
+    return throw_status(env, bad_arg("measureReadBandwidth: bytes in [1 MiB, 64 GiB], threads in [1, 1024], "
+                                     "repeats in [1, 1000]; got " + std::to_string(bytes) + ", " +
+                                     std::to_string(threads) + ", " + std::to_string(repeats)));
+  auto result = std::make_shared<std::vector<double>>();
+  auto* w = new PromiseWorker(
+      env,
+      [result, bytes, threads, repeats] {
+        *result = loom::measure_read_bandwidth(bytes, threads, repeats);
+        if (result->empty())
+          return Status::Error("native_error", "measureReadBandwidth: cannot allocate " + std::to_string(bytes) + " bytes");
+        return Status::Ok();
+      },
+      [result](Napi::Env e) {
+        Napi::Array a = Napi::Array::New(e, result->size());
+        for (size_t i = 0; i < result->size(); i++) a.Set(uint32_t(i), (*result)[i]);
+        return Napi::Value(a);
+      });
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("kernelSelfTest", Napi::Function::New(env, KernelSelfTest));
+  exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth));
   exports.Set("devices", Napi::String::New(env, "cpu"));
   return exports;
 }

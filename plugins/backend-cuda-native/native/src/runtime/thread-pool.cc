@@ -1,4 +1,5 @@
-// ThreadPool: spin-then-sleep workers; see thread-pool.h for why.
+// ThreadPool: chunked regions claimed from one atomic ticket, spin-then-sleep workers; see
+// thread-pool.h for why.
 #include "runtime/thread-pool.h"
 
 #include <chrono>
@@ -14,64 +15,90 @@ namespace {
 // How long an idle worker spins before parking. Regions inside a step are microseconds apart;
 // steps are milliseconds apart, so this keeps workers hot within a step and idle between steps.
 constexpr auto kSpinFor = std::chrono::microseconds(300);
+// Spins between yields of the core (~a few µs): cheap when the core is ours, and when it is
+// shared it lets the thread we are waiting for run.
+constexpr int kSpinsPerYield = 256;
 }  // namespace
 
 ThreadPool::ThreadPool(int nthreads) : nthreads_(nthreads < 1 ? 1 : nthreads) {
-  for (int tid = 1; tid < nthreads_; tid++) workers_.emplace_back([this, tid] { worker_loop(tid); });
+  for (int i = 1; i < nthreads_; i++) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::run_raw(RawFn fn, void* ctx) {
+int ThreadPool::drain() {
+  int ran = 0;
+  for (;;) {
+    // A claim past the end only bumps `next`; it never touches fn_/ctx_.
+    const uint64_t t = ticket_.fetch_add(1, std::memory_order_acq_rel);
+    const int c = int(t & kNextMask), n = int((t >> kCountShift) & kCountMask);
+    if (c >= n) return ran;
+    // A valid claim pins its region: the caller cannot start the next one (and overwrite fn_)
+    // until this chunk is counted in done_.
+    fn_(ctx_, c, n);
+    done_.fetch_add(1, std::memory_order_release);
+    ran++;
+  }
+}
+
+void ThreadPool::run_raw(RawFn fn, void* ctx, int nchunks) {
+  if (nchunks <= 0) nchunks = nthreads_ * kChunksPerThread;
+  if (nchunks > int(kCountMask)) nchunks = int(kCountMask);
   if (nthreads_ == 1) {
     fn(ctx, 0, 1);
     return;
   }
   fn_ = fn;
   ctx_ = ctx;
-  pending_.store(nthreads_ - 1);
-  generation_.fetch_add(1);  // seq_cst: publishes fn_/ctx_ and orders against sleeping_ below
+  done_.store(0, std::memory_order_relaxed);
+  generation_ = (generation_ + 1) & ((uint64_t(1) << (64 - kGenShift)) - 1);
+  // seq_cst store: publishes fn_/ctx_ and orders against the sleeping_ load (see worker_loop).
+  ticket_.store(generation_ << kGenShift | uint64_t(nchunks) << kCountShift);
   if (sleeping_.load() > 0) {
     // Taking the lock means a worker is either before its predicate check (it will see the new
-    // generation) or already waiting (it gets this notify): no lost wake-up.
+    // ticket) or already waiting (it gets this notify): no lost wake-up.
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
   }
-  fn(ctx, 0, nthreads_);
-  while (pending_.load(std::memory_order_acquire) != 0) LOOM_PAUSE();
+  drain();
+  for (int spins = 1; done_.load(std::memory_order_acquire) != nchunks; spins++) {
+    LOOM_PAUSE();
+    if (spins % kSpinsPerYield == 0) std::this_thread::yield();
+  }
 }
 
-void ThreadPool::worker_loop(int tid) {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop() {
+  uint64_t seen = 0;  // generation of the last region this worker looked at
   for (;;) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    if (gen == seen) {
+    uint64_t gen = ticket_.load(std::memory_order_acquire) >> kGenShift;
+    if (gen == seen && !stop_.load(std::memory_order_relaxed)) {
       const auto start = std::chrono::steady_clock::now();
-      int spins = 0;
-      while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
+      for (int spins = 1; (gen = ticket_.load(std::memory_order_acquire) >> kGenShift) == seen; spins++) {
         LOOM_PAUSE();
-        if (++spins % 256 == 0 && std::chrono::steady_clock::now() - start > kSpinFor) {
-          std::unique_lock<std::mutex> lock(mu_);
-          sleeping_.fetch_add(1);
-          cv_.wait(lock, [&] { return generation_.load() != seen; });
-          sleeping_.fetch_sub(1);
-          gen = generation_.load();
-          break;
+        if (spins % kSpinsPerYield != 0) continue;
+        if (stop_.load(std::memory_order_relaxed)) break;
+        if (std::chrono::steady_clock::now() - start < kSpinFor) {
+          std::this_thread::yield();
+          continue;
         }
+        std::unique_lock<std::mutex> lock(mu_);
+        sleeping_.fetch_add(1);
+        cv_.wait(lock, [&] { return (ticket_.load() >> kGenShift) != seen || stop_.load(); });
+        sleeping_.fetch_sub(1);
+        gen = ticket_.load() >> kGenShift;
+        break;
       }
     }
     if (stop_.load()) return;
     seen = gen;
-    fn_(ctx_, tid, nthreads_);
-    pending_.fetch_sub(1, std::memory_order_release);
+    drain();
   }
 }
 

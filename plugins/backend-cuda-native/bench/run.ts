@@ -1,0 +1,133 @@
+/**
+ * `npm run bench`: decode speed of the native cpu runtime on a SmolLM2-135M-shaped random model
+ * (issue 3, acceptance point 6). Not a test: it prints a markdown table, PASS/FAIL per target and
+ * one JSON line, and exits 0 either way.
+ *
+ * For f32 and bf16 weights, batches 1, 8 and 32 of decode rows are timed with no adapter, one
+ * shared adapter, and a distinct adapter per row (rank 16 on all 7 projections). The memory read
+ * bandwidth is measured in the same run (before and after; the best is the roofline's
+ * denominator). Configurations are interleaved over several rounds so a burst of load from other
+ * processes hits all of them alike; see bench-report.ts for how rounds are summarised.
+ *
+ * Knobs (environment): LOOM_THREADS (default: all cores), LOOM_BENCH_ROUNDS (3),
+ * LOOM_BENCH_STEPS (timed steps per configuration and round, 8), LOOM_BENCH_DTYPES
+ * (`float32,bfloat16`), LOOM_BENCH_BATCHES (`1,8,32`), LOOM_BENCH_DIR (asset cache).
+ */
+import os from 'node:os'
+import type { ModelDtype } from '@loom/testkit'
+import { loadNative, NativeStepRunner } from '../src/index.ts'
+import { defaultThreads } from '../src/runner-options.ts'
+import { benchAdapters, benchDir, benchModel, LORA_RANK } from './bench-assets.ts'
+import { formatTable, judge, median, summarise, type SummaryRow, type TargetResult } from './bench-report.ts'
+import { timeDecode, type AdapterMix, type DecodeRun } from './decode-timer.ts'
+import { decodeStepBytes } from './step-bytes.ts'
+
+const envInt = (name: string, dflt: number): number => {
+  const v = Number(process.env[name])
+  return Number.isInteger(v) && v > 0 ? v : dflt
+}
+const envList = (name: string, dflt: string): string[] =>
+  (process.env[name] ?? dflt)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+
+const threads = defaultThreads()
+const rounds = envInt('LOOM_BENCH_ROUNDS', 3)
+const timedSteps = envInt('LOOM_BENCH_STEPS', 8)
+const dtypes = envList('LOOM_BENCH_DTYPES', 'float32,bfloat16') as ModelDtype[]
+const batches = envList('LOOM_BENCH_BATCHES', '1,8,32').map(Number)
+const mixes: AdapterMix[] = ['base', 'one-adapter', 'distinct']
+const promptTokens = 8
+const warmupSteps = 2
+const maxBatch = Math.max(...batches)
+const log = (line: string): void => console.error(`[bench] ${line}`)
+
+async function bandwidth(): Promise<number[]> {
+  return loadNative().measureReadBandwidth(1024 * 2 ** 20, threads, 8)
+}
+
+async function main(): Promise<void> {
+  const started = Date.now()
+  const load0 = os.loadavg()[0]!
+  log(`${os.cpus()[0]?.model ?? 'cpu'}, ${threads} threads, load average ${load0.toFixed(2)}; assets in ${benchDir()}`)
+  const bwRuns = await bandwidth()
+  log(`read bandwidth ${Math.max(...bwRuns).toFixed(1)} GB/s best, ${median(bwRuns).toFixed(1)} median`)
+
+  const rows: SummaryRow[] = []
+  const targets: TargetResult[] = []
+  let adapters: Awaited<ReturnType<typeof benchAdapters>> | null = null
+  for (const dtype of dtypes) {
+    const modelDir = await benchModel(dtype, log)
+    adapters ??= await benchAdapters(modelDir, maxBatch, log)
+    const blockSize = 16
+    const runner = new NativeStepRunner(modelDir, {
+      threads,
+      kv_block_size: blockSize,
+      kv_cache_tokens: maxBatch * (Math.ceil((promptTokens + warmupSteps + timedSteps) / blockSize) + 1) * blockSize,
+      max_batch_tokens: maxBatch * promptTokens,
+      adapter_slots: maxBatch,
+      max_lora_rank: LORA_RANK,
+    })
+    try {
+      const spec = await runner.load()
+      const slots: number[] = []
+      for (const a of adapters) slots.push(await runner.loadAdapter(a))
+      const perRound: DecodeRun[][] = []
+      for (let r = 0; r < rounds; r++) {
+        const runs: DecodeRun[] = []
+        for (const batch of batches)
+          for (const mix of mixes)
+            runs.push(await timeDecode(runner, { batch, mix, slots, promptTokens, warmupSteps, timedSteps, blockSize }))
+        perRound.push(runs)
+        log(`${dtype}: round ${r + 1}/${rounds} done`)
+      }
+      const bytes = dtype === 'float32' ? 4 : 2
+      const bwBest = Math.max(...bwRuns)
+      // Mean context over the timed steps (the KV history a decode step reads).
+      const ctx = promptTokens + warmupSteps + timedSteps / 2
+      const roofMs = (mix: AdapterMix): number =>
+        (decodeStepBytes(spec, bytes, ctx, mix === 'base' ? 0 : LORA_RANK) / (bwBest * 1e9)) * 1000
+      const summary = summarise(dtype, perRound, roofMs)
+      rows.push(...summary)
+      targets.push(...judge(dtype, summary))
+    } finally {
+      await runner.close()
+    }
+  }
+  const bwAfter = await bandwidth()
+  const bwAll = [...bwRuns, ...bwAfter]
+  const load1 = os.loadavg()[0]!
+
+  const date = new Date().toISOString()
+  console.log(`## Loom native cpu decode benchmark, ${date}`)
+  console.log('')
+  console.log(
+    `${os.cpus()[0]?.model ?? 'cpu'}, ${threads} threads; read bandwidth ${Math.max(...bwAll).toFixed(1)} GB/s best ` +
+      `(median ${median(bwAll).toFixed(1)}, ${bwAll.length} runs of 1 GiB); load average ${load0.toFixed(2)} -> ` +
+      `${load1.toFixed(2)}; ${rounds} rounds x ${timedSteps} timed steps per configuration ` +
+      `(best = lowest round median; median/best shows the noise)`,
+  )
+  console.log('')
+  console.log(formatTable(rows, targets))
+  console.log('')
+  const passed = targets.filter((t) => t.pass).length
+  console.log(`${passed}/${targets.length} targets pass; ran ${((Date.now() - started) / 1000).toFixed(0)}s`)
+  console.log(
+    JSON.stringify({
+      bench: 'loom-native-decode',
+      date,
+      cpu: os.cpus()[0]?.model ?? null,
+      threads,
+      loadAverage: [load0, load1],
+      bandwidthGBs: { best: Math.max(...bwAll), median: median(bwAll), runs: bwAll },
+      rows,
+      targets,
+    }),
+  )
+}
+
+main().catch((err: unknown) => {
+  console.error(err)
+  process.exitCode = 1
+})
