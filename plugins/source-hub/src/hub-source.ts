@@ -37,16 +37,9 @@ export interface HubSourceOptions {
   readonly retry: RetryPolicy
   /** Per-request timeout for metadata, idle timeout for file bodies. */
   readonly timeoutMs: number
-  /** How long a branch or tag resolution may be reused (0: never). */
-  readonly resolveTtlMs: number
   /** The caller's token, or the server's when the fallback is on. */
   readonly tokenFor: (token: string | undefined) => string | undefined
   readonly logger: Logger
-}
-
-interface CachedResolution {
-  readonly resolved: ResolvedAdapter
-  readonly expires: number
 }
 
 /**
@@ -54,10 +47,10 @@ interface CachedResolution {
  *
  * resolve(): model info at the requested revision gives the commit sha (the cache key), then one
  * `paths-info` call at that sha lists which adapter files exist, with sizes and, for LFS files,
- * sha256. A branch or tag resolution is reused for `resolveTtlMs`; a sha-pinned one for good.
- * Sharing those results between callers is safe because the core authorizes every request
- * (AuthChecker) before it acquires the adapter. Concurrent identical resolutions with the same
- * token share one pair of hub calls.
+ * sha256. How long a branch resolution is reused is the core's policy (`adapters.resolve_ttl_s`);
+ * this source only remembers sha-pinned ids, whose answer never changes, and lets concurrent
+ * identical resolutions with the same token share one pair of hub calls. Sharing a result between
+ * callers is safe because the core authorizes every request (AuthChecker) before it acquires.
  *
  * fetch(): one streamed GET per file at the pinned sha, size and sha256 checked, transient
  * failures (no answer, 5xx, 429, cut or damaged bodies) retried with exponential backoff.
@@ -65,7 +58,8 @@ interface CachedResolution {
 export class HubAdapterSource implements AdapterSource {
   readonly name: string
   readonly #options: HubSourceOptions
-  readonly #resolved = new Map<string, CachedResolution>()
+  /** Resolutions of sha-pinned ids, oldest first. */
+  readonly #pinned = new Map<string, ResolvedAdapter>()
   readonly #inflight = new Map<string, Promise<ResolvedAdapter>>()
 
   constructor(options: HubSourceOptions) {
@@ -76,8 +70,8 @@ export class HubAdapterSource implements AdapterSource {
   async resolve(ref: AdapterRef, ctx: SourceContext): Promise<ResolvedAdapter> {
     const id = parseHubId(ref.id, this.name)
     const key = `${id.repo}@${id.revision ?? ''}`
-    const cached = this.#resolved.get(key)
-    if (cached && cached.expires > Date.now()) return cached.resolved
+    const pinned = this.#pinned.get(key)
+    if (pinned) return pinned
     const token = this.#options.tokenFor(ctx.token)
     // Callers only share a call made with the same token: another token may be refused.
     const flightKey = `${key}\0${token === undefined ? '' : createHash('sha256').update(token).digest('hex')}`
@@ -90,7 +84,7 @@ export class HubAdapterSource implements AdapterSource {
       this.#inflight.set(flightKey, flight)
     }
     const resolved = await raceAbort(flight, ctx.signal)
-    this.#remember(key, id, resolved)
+    if (id.revision === resolved.revision) this.#remember(key, resolved)
     return resolved
   }
 
@@ -147,15 +141,12 @@ export class HubAdapterSource implements AdapterSource {
     }
   }
 
-  #remember(key: string, id: HubId, resolved: ResolvedAdapter): void {
-    const pinned = id.revision === resolved.revision
-    if (!pinned && this.#options.resolveTtlMs === 0) return
-    this.#resolved.delete(key)
-    this.#resolved.set(key, { resolved, expires: pinned ? Infinity : Date.now() + this.#options.resolveTtlMs })
+  #remember(key: string, resolved: ResolvedAdapter): void {
+    this.#pinned.set(key, resolved)
     // Drop the oldest entries first (a Map keeps insertion order).
-    for (const old of this.#resolved.keys()) {
-      if (this.#resolved.size <= PINNED_CACHE_SIZE) break
-      this.#resolved.delete(old)
+    for (const old of this.#pinned.keys()) {
+      if (this.#pinned.size <= PINNED_CACHE_SIZE) break
+      this.#pinned.delete(old)
     }
   }
 

@@ -17,8 +17,6 @@ export const HubSourceOptions = z
     timeout_ms: z.number().int().positive().default(30_000),
     /** Retries of a transient failure (no answer, 5xx, 429, a cut or damaged download). */
     retries: z.number().int().min(0).max(10).default(3),
-    /** How long a branch or tag resolves to the same commit before the hub is asked again, in ms (0: every request). */
-    resolve_ttl_ms: z.number().int().min(0).default(5_000),
   })
   .prefault({})
 
@@ -52,7 +50,6 @@ export default definePlugin({
         client,
         retry,
         timeoutMs: options.timeout_ms,
-        resolveTtlMs: options.resolve_ttl_ms,
         tokenFor,
         logger: ctx.logger,
       }),

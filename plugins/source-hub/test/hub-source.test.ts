@@ -43,7 +43,7 @@ t.test('resolves a public adapter to its commit with sizes and LFS sha256, then 
 
 t.test('@revision pins a branch, tag or sha; sha pins are resolved once', async (t) => {
   const hub = await startHub(t)
-  const { source } = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 })
+  const { source } = await registerHub({ hub_url: hub.url })
   const first = hub.sha('acme/poet')
   hub.tag('acme/poet', 'v1', first)
   const second = await hub.pushCommit('acme/poet', { ...ADAPTER, 'adapter_config.json': '{"r":4}' })
@@ -60,7 +60,7 @@ t.test('@revision pins a branch, tag or sha; sha pins are resolved once', async 
   await revisionOf(`acme/poet@${first}`)
   t.equal(hub.requests.length, before, 'a sha-pinned resolution is remembered')
   await revisionOf('acme/poet')
-  t.equal(hub.requests.length, before + 2, 'a branch is asked again (resolve_ttl_ms: 0)')
+  t.equal(hub.requests.length, before + 2, "a branch is asked again (its TTL is the core's policy)")
 
   await t.rejects(source.resolve({ source: 'hub', id: 'acme/poet@v9' }, context()), {
     code: 'adapter_not_found',
@@ -68,20 +68,10 @@ t.test('@revision pins a branch, tag or sha; sha pins are resolved once', async 
   })
 })
 
-t.test('a branch resolution is reused for resolve_ttl_ms', async (t) => {
-  const hub = await startHub(t)
-  const { source } = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 60_000 })
-  const first = await source.resolve({ source: 'hub', id: 'acme/poet' }, context())
-  await hub.pushCommit('acme/poet', { ...ADAPTER, 'adapter_config.json': '{"r":4}' })
-  const again = await source.resolve({ source: 'hub', id: 'acme/poet' }, context())
-  t.equal(again.revision, first.revision, 'within the TTL: the same commit, no hub call')
-  t.equal(hub.requests.length, 2)
-})
-
 t.test('concurrent resolutions with one token share one pair of hub calls', async (t) => {
   const hub = await startHub(t)
   hub.setDelay(50)
-  const { source } = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 })
+  const { source } = await registerHub({ hub_url: hub.url })
   const all = await Promise.all(
     Array.from({ length: 20 }, () => source.resolve({ source: 'hub', id: 'acme/secret' }, context(READER))),
   )
@@ -91,8 +81,7 @@ t.test('concurrent resolutions with one token share one pair of hub calls', asyn
 
 t.test('private, gated and missing repos map to auth and not-found errors', async (t) => {
   const hub = await startHub(t)
-  // resolve_ttl_ms: 0, or a resolution made with READER would be reused (the checker guards each request).
-  const { source } = await registerHub({ hub_url: hub.url, retries: 0, resolve_ttl_ms: 0 })
+  const { source } = await registerHub({ hub_url: hub.url, retries: 0 })
   const resolve = (id: string, token?: string) => source.resolve({ source: 'hub', id }, context(token))
 
   await t.rejects(resolve('acme/secret'), {
@@ -206,7 +195,7 @@ t.test('transient failures are retried with backoff; lasting ones are reported',
       /^Downloading adapter `acme\/poet` from `hub` failed: GET adapter_model.safetensors: terminated \(.*\) after 1000 bytes$/,
   })
 
-  const other = await registerHub({ hub_url: hub.url, retries: 0, resolve_ttl_ms: 0 })
+  const other = await registerHub({ hub_url: hub.url, retries: 0 })
   hub.failNext(1, { status: 500 })
   await t.rejects(other.source.resolve({ source: 'hub', id: 'acme/poet' }, context()), {
     code: 'adapter_source_unavailable',
@@ -219,7 +208,7 @@ t.test('transient failures are retried with backoff; lasting ones are reported',
 
 t.test('timeouts, an unreachable hub, and cancellation', async (t) => {
   const hub = await startHub(t)
-  const { source } = await registerHub({ hub_url: hub.url, retries: 0, timeout_ms: 100, resolve_ttl_ms: 0 })
+  const { source } = await registerHub({ hub_url: hub.url, retries: 0, timeout_ms: 100 })
   hub.setDelay(400)
   await t.rejects(source.resolve({ source: 'hub', id: 'acme/poet' }, context()), {
     code: 'adapter_source_unavailable',
@@ -253,21 +242,18 @@ t.test('timeouts, an unreachable hub, and cancellation', async (t) => {
 
 t.test('the global token is used only when enabled and the request has none', async (t) => {
   const hub = await startHub(t)
-  const off = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 }, { HF_TOKEN: READER })
+  const off = await registerHub({ hub_url: hub.url }, { HF_TOKEN: READER })
   await t.rejects(off.source.resolve({ source: 'hub', id: 'acme/secret' }, context()), { code: 'auth_missing' })
 
   const switches: Record<string, string>[] = [{ LORAX_USE_GLOBAL_HF_TOKEN: '1' }, { LOOM_USE_GLOBAL_HF_TOKEN: 'true' }]
   for (const env of switches) {
-    const on = await registerHub({ hub_url: hub.url, resolve_ttl_ms: 0 }, { ...env, HUGGING_FACE_HUB_TOKEN: READER })
+    const on = await registerHub({ hub_url: hub.url }, { ...env, HUGGING_FACE_HUB_TOKEN: READER })
     await on.source.resolve({ source: 'hub', id: 'acme/secret' }, context())
     t.equal(hub.requests.at(-1)!.token, READER, `${Object.keys(env)[0]}: the server's token was sent`)
     t.match(on.logs.join('\n'), /global hub token fallback is on: callers without a token can use every adapter/)
     t.notMatch(on.logs.join('\n'), READER)
   }
-  const byOption = await registerHub(
-    { hub_url: hub.url, use_global_token: true, resolve_ttl_ms: 0 },
-    { HF_TOKEN: READER },
-  )
+  const byOption = await registerHub({ hub_url: hub.url, use_global_token: true }, { HF_TOKEN: READER })
   await byOption.source.resolve({ source: 'hub', id: 'acme/poet' }, context(STRANGER))
   t.equal(hub.requests.at(-1)!.token, STRANGER, "the request's own token wins")
 
@@ -283,7 +269,6 @@ t.test('options are checked by the schema', async (t) => {
     use_global_token: false,
     timeout_ms: 30_000,
     retries: 3,
-    resolve_ttl_ms: 5_000,
   })
   t.throws(() => plugin.options.parse({ hub_url: 'ftp://x' }))
   t.throws(() => plugin.options.parse({ hubUrl: 'https://x' }), 'unknown keys are refused')
