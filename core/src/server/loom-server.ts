@@ -24,6 +24,7 @@ import { completionsRoute } from '../routes/openai/completions-route.ts'
 import { modelsRoute } from '../routes/openai/models-route.ts'
 import { JinjaTemplateEngine } from '../templates/jinja-template-engine.ts'
 import { HfTokenizerLoader } from '../tokenizer/index.ts'
+import { XGrammarConstraintFactory } from '../structured/index.ts'
 import { LOOM_VERSION } from '../version.ts'
 import { readEosTokenIds } from './model-generation-config.ts'
 import { resolveLimits } from './resolve-limits.ts'
@@ -68,6 +69,7 @@ export class LoomServer {
   #state: ServingState | null = null
   #starting: Promise<void> | null = null
   #closing: Promise<void> | null = null
+  readonly #closeHooks: (() => void)[] = []
 
   private constructor(parts: {
     app: HttpApp
@@ -174,6 +176,13 @@ export class LoomServer {
       logger,
       resolveTtlSeconds: config.adapters.resolve_ttl_s,
     })
+    const eosTokenIds = await readEosTokenIds(config.model.path)
+    // Structured output: the grammar engine loads lazily on the first response_format request.
+    const constraints = await XGrammarConstraintFactory.fromModelDir(config.model.path, {
+      vocabSize: this.backend.capabilities().vocabSize,
+      eosTokenIds,
+    })
+    this.#closeHooks.push(() => constraints.close())
     const generation = new GenerationService({
       backend: this.backend,
       tokenizer: this.#tokenizer,
@@ -184,8 +193,8 @@ export class LoomServer {
         config.model.id,
       ),
       limits,
-      eosTokenIds: await readEosTokenIds(config.model.path),
-      constraints: null,
+      eosTokenIds,
+      constraints,
     })
     // Preloaded adapters are fetched with the server's own credentials (sources may have a global token).
     for (const entry of config.adapters.preload) {
@@ -231,6 +240,7 @@ export class LoomServer {
     this.#closing ??= (async () => {
       await this.app.close()
       await this.backend.close()
+      for (const hook of this.#closeHooks) hook()
       await this.#container.dispose()
     })()
     return this.#closing

@@ -187,6 +187,62 @@ t.test('the OpenAI SDK works against Loom', async (t) => {
     t.ok(models.some((m) => m.id === 'private' && m.adapter_source === 'local'))
   })
 
+  t.test('structured output: json_schema and json_object, inside a mixed batch', async (t) => {
+    const schema = {
+      type: 'object',
+      properties: {
+        name: { type: 'string', maxLength: 8 },
+        age: { type: 'integer', minimum: 0, maximum: 120 },
+        kind: { enum: ['cat', 'dog'] },
+      },
+      required: ['name', 'age', 'kind'],
+      additionalProperties: false,
+    }
+    const [structured, plain, loose] = await Promise.all([
+      client.chat.completions.create({
+        model: 'poet',
+        messages: user('Describe a pet'),
+        max_tokens: 200,
+        seed: 3,
+        response_format: { type: 'json_schema', json_schema: { name: 'pet', schema, strict: true } },
+      }),
+      client.chat.completions.create({ model: '', messages: user('Describe a pet'), ...greedy }),
+      client.chat.completions.create({
+        model: '',
+        messages: user('Any JSON'),
+        max_tokens: 200,
+        temperature: 0,
+        response_format: { type: 'json_object' },
+      }),
+    ])
+    const pet = JSON.parse(structured.choices[0]!.message.content!) as Record<string, unknown>
+    t.same(Object.keys(pet).sort(), ['age', 'kind', 'name'])
+    t.type(pet.name, 'string')
+    t.ok(Number.isInteger(pet.age) && (pet.age as number) >= 0 && (pet.age as number) <= 120)
+    t.ok(['cat', 'dog'].includes(pet.kind as string))
+    t.equal(structured.choices[0]!.finish_reason, 'stop', 'the grammar ends the answer with eos')
+    t.type(plain.choices[0]!.message.content, 'string')
+    const object = JSON.parse(loose.choices[0]!.message.content!) as unknown
+    t.ok(object !== null && typeof object === 'object' && !Array.isArray(object), 'json_object gives an object')
+    const bad = await client.chat.completions
+      .create({
+        model: '',
+        messages: user('x'),
+        response_format: {
+          type: 'json_schema',
+          json_schema: { name: 'x', schema: { type: 'string', pattern: '(?<=a)b' } },
+        },
+      })
+      .catch((e: unknown) => e)
+    t.type(bad, OpenAI.UnprocessableEntityError, String(bad))
+    t.match(String(bad), /response_format cannot be compiled: .*pattern/)
+    const onCompletions = await client.completions
+      .create({ model: '', prompt: 'x', response_format: { type: 'json_object' } } as never)
+      .catch((e: unknown) => e)
+    t.type(onCompletions, OpenAI.BadRequestError)
+    t.match(String(onCompletions), /use that endpoint for JSON output/)
+  })
+
   t.test('errors arrive as the SDK typed errors', async (t) => {
     const missing = await client.chat.completions
       .create({ model: 'no-such-adapter', messages: user('x') })
