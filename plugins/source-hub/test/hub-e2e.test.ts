@@ -159,6 +159,18 @@ t.test('adapters from the hub over /generate', async (t) => {
     t.same(await readdir(join(cacheDir, 'hub', 'acme_2Ffragile')), [hub.sha('acme/fragile')])
   })
 
+  await t.test('damaged bytes are never cached', async (t) => {
+    await hub.addRepo('acme/damaged', join(adapters, 'acme', 'poet'))
+    hub.corruptNext(6, { repo: 'acme/damaged', path: 'adapter_model.safetensors' })
+    const failed = await generate(fromHub('acme/damaged'))
+    t.equal(failed.status, 502)
+    t.match(failed.body.error, /adapter_model.safetensors has sha256 [0-9a-f]{64}, the hub listed [0-9a-f]{64}$/)
+    const entries = await readdir(join(cacheDir, 'hub')).catch(() => [] as string[])
+    t.notOk(entries.includes('acme_2Fdamaged'), 'no cache entry')
+    const next = await generate(fromHub('acme/damaged'))
+    t.equal(next.status, 200, JSON.stringify(next.body))
+  })
+
   await t.test('(f) no token appears in any log line', async (t) => {
     const logs = test.logs.join('')
     t.match(logs, /incoming request/, 'request logs were captured')
