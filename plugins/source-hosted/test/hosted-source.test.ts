@@ -183,14 +183,11 @@ t.test('transient failures: retried metadata, resumed downloads, hash checks', a
   await source.fetch(resolved, dest, context(TOKEN))
   t.ok((await readFile(path.join(dest, 'adapter_model.safetensors'))).equals(WEIGHTS), 'resumed file is exact')
   const weightGets = fake.requests.filter((r) => r.path.endsWith('/adapter_model.safetensors'))
-  t.same(
-    weightGets.map((r) => [r.status, r.range]),
-    [
-      [0, undefined],
-      [206, 'bytes=50000-'],
-    ],
-    'dropped at 50 000 bytes, resumed from there',
-  )
+  // The client may have received less than the fake wrote before cutting; it resumes from what it holds.
+  t.equal(weightGets.length, 2, 'one dropped transfer, one resumed')
+  t.same([weightGets[0]?.status, weightGets[0]?.range, weightGets[1]?.status], [0, undefined, 206])
+  const resumedAt = Number(/^bytes=(\d+)-$/.exec(weightGets[1]?.range ?? '')?.[1])
+  t.ok(resumedAt > 0 && resumedAt <= 50_000, `resumed at byte ${resumedAt}, not from the start`)
 
   const lying = { ...resolved, files: resolved.files.map((f) => ({ ...f, sha256: f.sha256 && '0'.repeat(64) })) }
   await t.rejects(source.fetch(lying, t.testdir({}), context(TOKEN)), {

@@ -204,11 +204,11 @@ t.test('transient failures are retried with backoff; a broken transfer resumes w
   await source.fetch(resolved, dest, context())
   t.ok((await readFile(path.join(dest, 'adapter_model.safetensors'))).equals(WEIGHTS), 'the resumed file is exact')
   const gets = fixture.seen.filter((r) => r.path === '/adapters/loras/poet/adapter_model.safetensors')
-  t.same(
-    gets.map((r) => r.range),
-    [undefined, 'bytes=100000-'],
-    'the second request resumed where the first broke',
-  )
+  // The client may have received less than the proxy wrote before cutting; it resumes from what it holds.
+  t.equal(gets.length, 2, 'one broken transfer, one resumed')
+  t.equal(gets[0]?.range, undefined)
+  const resumedAt = Number(/^bytes=(\d+)-$/.exec(gets[1]?.range ?? '')?.[1])
+  t.ok(resumedAt > 0 && resumedAt <= 100_000, `resumed at byte ${resumedAt}, not from the start`)
 })
 
 t.test('concurrent resolves share one listing; cancellation is honoured', async (t) => {
