@@ -40,6 +40,8 @@ export interface AdapterCacheOptions {
 export class AdapterCache {
   readonly #options: AdapterCacheOptions
   readonly #inflight = new Map<string, Promise<string>>()
+  /** Aborted by `close()`: downloads in flight stop when the server shuts down. */
+  readonly #closed = new AbortController()
 
   constructor(options: AdapterCacheOptions) {
     this.#options = options
@@ -48,6 +50,11 @@ export class AdapterCache {
   /** The directory an adapter's files live in once cached. */
   pathFor(resolved: ResolvedAdapter): string {
     return join(this.#options.root, segment(resolved.source), segment(resolved.id), segment(resolved.revision))
+  }
+
+  /** Abort downloads in flight (server shutdown). */
+  close(): void {
+    this.#closed.abort(new Error('the server is shutting down'))
   }
 
   /** Every complete adapter in the cache (from earlier runs too). */
@@ -83,7 +90,7 @@ export class AdapterCache {
     const raced = this.#inflight.get(dir)
     if (raced) return raced
     // The shared download must not die with the first caller: it gets its own signal.
-    const shared = { ...ctx, signal: AbortSignal.timeout(30 * 60 * 1000) }
+    const shared = { ...ctx, signal: AbortSignal.any([this.#closed.signal, AbortSignal.timeout(30 * 60 * 1000)]) }
     const download = this.#download(resolved, source, shared, dir).finally(() => this.#inflight.delete(dir))
     this.#inflight.set(dir, download)
     return download

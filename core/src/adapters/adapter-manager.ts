@@ -16,6 +16,8 @@ export interface AdapterManagerDeps {
   readonly logger: Logger
   /** Seconds a resolution is reused before the source is asked again; 0: every request. */
   readonly resolveTtlSeconds: number
+  /** Called after each adapter load into the backend, with its duration (metrics). */
+  readonly onLoaded?: (source: string, seconds: number) => void
 }
 
 /** A loaded adapter and the directory its files are in (chat templates are read from it). */
@@ -91,7 +93,10 @@ export class AdapterManager {
       loading = (async () => {
         const dir = await this.#deps.cache.ensure(resolved, source, ctx)
         const local: LocalAdapter = { resolved, dir, kind: await detectKind(dir, ref.id) }
-        return { handle: await this.#deps.backend.loadAdapter(local), dir }
+        const started = performance.now()
+        const handle = await this.#deps.backend.loadAdapter(local)
+        this.#deps.onLoaded?.(resolved.source, (performance.now() - started) / 1000)
+        return { handle, dir }
       })()
       // A failed load is not remembered: the next request retries.
       loading.catch(() => this.#loading.delete(key))

@@ -59,8 +59,11 @@ export const AdaptersSchema = z
     host_cache_mb: z.number().min(0).default(1024),
     /** Seconds a request may wait for a device slot while every slot is in use, before 503 `adapter_slots_full`. */
     slot_wait_s: z.number().positive().default(30),
-    /** Download attempts per adapter before the request fails (transient errors only). */
-    download_attempts: z.number().int().min(1).max(10).default(3),
+    /**
+     * Download attempts per adapter before the request fails (transient errors only). Sources may
+     * retry single files themselves; this outer retry starts the whole adapter again.
+     */
+    download_attempts: z.number().int().min(1).max(10).default(2),
     /** Adapters loaded at startup. */
     preload: z.array(z.strictObject({ id: z.string().min(1), source: z.string().min(1).optional() })).default([]),
   })

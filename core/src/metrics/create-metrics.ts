@@ -75,6 +75,8 @@ export interface Metrics {
   authChecked(source: string, result: AuthCheckResult): void
   /** One adapter fetch from `source` (`loom_adapter_downloads{source,result}`). */
   adapterDownloaded(source: string, result: AdapterDownloadResult, durationS?: number): void
+  /** One adapter loaded into the backend (`loom_adapter_load_duration{source}`). */
+  adapterLoaded(source: string, durationS: number): void
   /** One batch step (`loom_batch_inference_*{method}`, `loom_batch_next_size`). */
   batchStep(method: BatchMethod, size: number, durationS: number, ok: boolean): void
   readonly instruments: MetricInstruments
@@ -107,6 +109,7 @@ export interface MetricInstruments {
   readonly adapterAuthChecks: Counter<'source' | 'result'>
   readonly adapterDownloads: Counter<'source' | 'result'>
   readonly adapterDownloadDuration: Histogram<'source'>
+  readonly adapterLoadDuration: Histogram<'source'>
 }
 
 // LoRAX's duration buckets: 35 geometric buckets from 0.15 ms, factor 1.5 (up to ~200 s).
@@ -201,6 +204,12 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
       DURATION_BUCKETS,
       ['source'],
     ),
+    adapterLoadDuration: histogram(
+      'adapter_load_duration',
+      'Seconds to parse an adapter and load it into the backend',
+      DURATION_BUCKETS,
+      ['source'],
+    ),
   }
 
   const m = instruments
@@ -230,6 +239,7 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
       if (durationS !== undefined && result === 'downloaded')
         m.adapterDownloadDuration.observe({ source: label }, durationS)
     },
+    adapterLoaded: (source, durationS) => m.adapterLoadDuration.observe({ source: safeLabel(source) }, durationS),
     batchStep(method, size, durationS, ok) {
       m.batchInferenceCount.inc({ method })
       ;(ok ? m.batchInferenceSuccess : m.batchInferenceFailure).inc({ method })

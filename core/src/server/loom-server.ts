@@ -70,6 +70,8 @@ export class LoomServer {
   #starting: Promise<void> | null = null
   #closing: Promise<void> | null = null
   readonly #closeHooks: (() => void)[] = []
+  /** Aborts adapter downloads first on close, so a request stuck downloading cannot hold up the drain. */
+  #stopDownloads: () => void = () => undefined
 
   private constructor(parts: {
     app: HttpApp
@@ -159,6 +161,13 @@ export class LoomServer {
     await this.backend.start()
     const limits = resolveLimits(config, this.backend.capabilities())
     const logger = this.logger.child({ component: 'adapters' })
+    const cache = new AdapterCache({
+      root: config.adapters.cache_dir,
+      attempts: config.adapters.download_attempts,
+      logger,
+      metrics: this.app.loomMetrics,
+    })
+    this.#stopDownloads = () => cache.close()
     const adapters = new AdapterManager({
       sources: this.#container.adapterSources(),
       auth: new AuthGate({
@@ -167,14 +176,10 @@ export class LoomServer {
         metrics: this.app.loomMetrics,
       }),
       backend: this.backend,
-      cache: new AdapterCache({
-        root: config.adapters.cache_dir,
-        attempts: config.adapters.download_attempts,
-        logger,
-        metrics: this.app.loomMetrics,
-      }),
+      cache,
       logger,
       resolveTtlSeconds: config.adapters.resolve_ttl_s,
+      onLoaded: (source, seconds) => this.app.loomMetrics.adapterLoaded(source, seconds),
     })
     const eosTokenIds = await readEosTokenIds(config.model.path)
     // Structured output: the grammar engine loads lazily on the first response_format request.
@@ -238,6 +243,7 @@ export class LoomServer {
   /** Stop accepting requests, drain running ones, release plugins. Idempotent. */
   close(): Promise<void> {
     this.#closing ??= (async () => {
+      this.#stopDownloads()
       await this.app.close()
       await this.backend.close()
       for (const hook of this.#closeHooks) hook()

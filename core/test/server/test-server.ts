@@ -26,6 +26,8 @@ export async function startTestServer(
     nativeOptions?: object
     logLevel?: string
     preload?: { id: string; source?: string }[]
+    /** Extra `adapters:` settings (download_attempts, resolve_ttl_s, auth_ttl_s, default_source, …). */
+    adapters?: Record<string, unknown>
   } = {},
 ): Promise<TestServer> {
   await mkdir(dir, { recursive: true })
@@ -33,7 +35,12 @@ export async function startTestServer(
     server: { port: 0, host: '127.0.0.1', log_level: options.logLevel ?? 'info' },
     model: { id: 'test-model', path: modelDir },
     limits: { max_total_tokens: 256, ...options.limits },
-    adapters: { default_source: 'local', cache_dir: join(dir, 'cache'), preload: options.preload ?? [] },
+    adapters: {
+      default_source: 'local',
+      cache_dir: join(dir, 'cache'),
+      preload: options.preload ?? [],
+      ...options.adapters,
+    },
     plugins: [
       {
         use: '@loom/backend-cuda-native',
