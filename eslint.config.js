@@ -11,4 +11,9 @@ export default tseslint.config(
       'no-console': ['error', { allow: ['error', 'warn'] }],
     },
   },
+  {
+    // Command-line tools and benchmarks print their results.
+    files: ['**/bench/**', 'tools/**'],
+    rules: { 'no-console': 'off' },
+  },
 )
