@@ -6,12 +6,12 @@ import type {
   StartedGeneration,
   TextToken,
 } from '../../generation/generation-service.ts'
-import { sendStreamError } from '../../http/index.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
 import { parseCompletionsBody, type CompletionsRequest } from './parse-completions-body.ts'
-import { choiceRequests, finishChoices, mergeChoices, startChoices } from './run-choices.ts'
+import { choiceRequests, finishChoices, startChoices } from './run-choices.ts'
+import { recordSuccess, streamChoices } from './stream-choices.ts'
 
 /** The legacy completions `logprobs` object for a choice (prompt tokens first when echoing). */
 function completionLogprobs(prefill: readonly PrefillToken[], tokens: readonly TextToken[], offset: number) {
@@ -54,75 +54,46 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
         abort.signal,
       )
       const promptTokens = started.filter((_, i) => i % body.n === 0).reduce((sum, s) => sum + s.promptTokens, 0)
-      const id = completionId('cmpl')
-      const created = nowSeconds()
-      const record = (results: GenerationResult[]) =>
-        reply.server.loomMetrics.requestSucceeded({
-          durationS: reply.elapsedTime / 1000,
-          inputTokens: promptTokens,
-          generatedTokens: results.reduce((sum, r) => sum + r.generatedTokens, 0),
-        })
+      const envelope = { id: completionId('cmpl'), object: 'text_completion', created: nowSeconds(), model: body.model }
 
       if (!body.stream) {
         const results = await finishChoices(started)
-        record(results)
+        recordSuccess(reply, promptTokens, results)
         return {
-          id,
-          object: 'text_completion',
-          created,
-          model: body.model,
-          choices: results.map((result, index) => {
-            const s = started[index]!
-            const logprobs =
-              body.logprobs === null ? null : completionLogprobs(body.echo ? result.prefill : [], result.tokens, 0)
-            return {
-              index,
-              text: choiceText(body, s, result),
-              logprobs,
-              finish_reason: openAiFinishReason(result.finishReason),
-            }
-          }),
+          ...envelope,
+          choices: results.map((result, index) => ({
+            index,
+            text: choiceText(body, started[index]!, result),
+            logprobs:
+              body.logprobs === null ? null : completionLogprobs(body.echo ? result.prefill : [], result.tokens, 0),
+            finish_reason: openAiFinishReason(result.finishReason),
+          })),
           usage: usageOf(promptTokens, results),
         }
       }
-
-      const sse = reply.sse
-      const chunk = (choices: unknown[], extra: object = {}) => ({
-        data: {
-          id,
-          object: 'text_completion',
-          created,
-          model: body.model,
-          choices,
-          ...(body.includeUsage ? { usage: null } : {}),
-          ...extra,
-        },
-      })
       try {
-        if (body.echo) {
-          for (const [index, s] of started.entries()) {
-            await sse.send(chunk([{ index, text: s.promptText, logprobs: null, finish_reason: null }]))
-          }
-        }
-        const results: GenerationResult[] = []
-        for await (const { index, event } of mergeChoices(started)) {
-          if (!sse.isConnected) break
-          if (event.type === 'token') {
-            if (event.token.text === '' && body.logprobs === null) continue
-            const logprobs = body.logprobs === null ? null : completionLogprobs([], [event.token], 0)
-            await sse.send(chunk([{ index, text: event.token.text, logprobs, finish_reason: null }]))
-          } else {
-            results[index] = event.result
-            const finish = openAiFinishReason(event.result.finishReason)
-            await sse.send(chunk([{ index, text: '', logprobs: null, finish_reason: finish }]))
-          }
-        }
-        if (!sse.isConnected) return
-        record(results)
-        if (body.includeUsage) await sse.send(chunk([], { usage: usageOf(promptTokens, results) }))
-        await sse.send('[DONE]')
-      } catch (err) {
-        await sendStreamError(request, reply, err)
+        await streamChoices(request, reply, started, {
+          envelope,
+          includeUsage: body.includeUsage,
+          promptTokens,
+          opening: (index) =>
+            body.echo ? { index, text: started[index]!.promptText, logprobs: null, finish_reason: null } : null,
+          token: (index, token) =>
+            token.text === '' && body.logprobs === null
+              ? null
+              : {
+                  index,
+                  text: token.text,
+                  logprobs: body.logprobs === null ? null : completionLogprobs([], [token], 0),
+                  finish_reason: null,
+                },
+          finish: (index, result) => ({
+            index,
+            text: '',
+            logprobs: null,
+            finish_reason: openAiFinishReason(result.finishReason),
+          }),
+        })
       } finally {
         abort.abort()
       }

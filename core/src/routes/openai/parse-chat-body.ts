@@ -9,34 +9,9 @@ import {
   rejectUnknownKeys,
 } from '../../validation/fields.ts'
 import { parseResponseFormat } from '../parse-response-format.ts'
-import { IGNORED_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
+import { COMMON_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
 
-const CHAT_FIELDS = new Set([
-  'model',
-  'messages',
-  'max_tokens',
-  'max_completion_tokens',
-  'temperature',
-  'top_p',
-  'n',
-  'stop',
-  'seed',
-  'presence_penalty',
-  'frequency_penalty',
-  'logprobs',
-  'top_logprobs',
-  'stream',
-  'stream_options',
-  'response_format',
-  'logit_bias',
-  // Loom / LoRAX extensions
-  'adapter_source',
-  'api_token',
-  'top_k',
-  'repetition_penalty',
-  'ignore_eos_token',
-  ...IGNORED_FIELDS,
-])
+const CHAT_FIELDS = new Set([...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'response_format'])
 const ROLES = new Set(['system', 'developer', 'user', 'assistant'])
 
 export interface ChatRequest extends OpenAiCommon {

@@ -1,34 +1,9 @@
 import { LoomError, fieldError } from '../../errors/index.ts'
 import type { GenerationRequest } from '../../generation/generation-request.ts'
 import { expectObject, optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../validation/fields.ts'
-import { IGNORED_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
+import { COMMON_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
 
-const COMPLETION_FIELDS = new Set([
-  'model',
-  'prompt',
-  'max_tokens',
-  'temperature',
-  'top_p',
-  'n',
-  'stop',
-  'seed',
-  'presence_penalty',
-  'frequency_penalty',
-  'logprobs',
-  'echo',
-  'stream',
-  'stream_options',
-  'logit_bias',
-  'suffix',
-  'best_of',
-  // Loom / LoRAX extensions
-  'adapter_source',
-  'api_token',
-  'top_k',
-  'repetition_penalty',
-  'ignore_eos_token',
-  ...IGNORED_FIELDS,
-])
+const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'echo', 'suffix', 'best_of'])
 
 export interface CompletionsRequest extends OpenAiCommon {
   readonly prompts: readonly string[]

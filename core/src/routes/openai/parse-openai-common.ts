@@ -31,6 +31,30 @@ export interface OpenAiCommon {
 /** Fields OpenAI clients commonly send that change nothing here; accepted and ignored. */
 export const IGNORED_FIELDS = ['user', 'metadata', 'store', 'service_tier', 'parallel_tool_calls']
 
+/** Fields both endpoints accept: OpenAI's shared sampling fields, Loom / LoRAX extensions, ignored ones. */
+export const COMMON_FIELDS = [
+  'model',
+  'max_tokens',
+  'temperature',
+  'top_p',
+  'n',
+  'stop',
+  'seed',
+  'presence_penalty',
+  'frequency_penalty',
+  'logprobs',
+  'stream',
+  'stream_options',
+  'logit_bias',
+  // Loom / LoRAX extensions
+  'adapter_source',
+  'api_token',
+  'top_k',
+  'repetition_penalty',
+  'ignore_eos_token',
+  ...IGNORED_FIELDS,
+]
+
 /**
  * Parse the fields both endpoints share. OpenAI semantics: sampling at temperature 1 unless told
  * otherwise; `temperature: 0` is greedy; `stop` is a string or up to `max_stop_sequences` strings;

@@ -1,0 +1,70 @@
+import type {} from '@fastify/sse'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { GenerationResult, StartedGeneration, TextToken } from '../../generation/generation-service.ts'
+import { sendStreamError } from '../../http/index.ts'
+import { usageOf } from './openai-shapes.ts'
+import { mergeChoices } from './run-choices.ts'
+
+/** Count a finished v1 request in `loom_request_*`. */
+export function recordSuccess(reply: FastifyReply, promptTokens: number, results: readonly GenerationResult[]): void {
+  reply.server.loomMetrics.requestSucceeded({
+    durationS: reply.elapsedTime / 1000,
+    inputTokens: promptTokens,
+    generatedTokens: results.reduce((sum, r) => sum + r.generatedTokens, 0),
+  })
+}
+
+/** How one endpoint shapes its stream; the framing (ids, usage, `[DONE]`, errors) is shared. */
+export interface ChoiceStreamShape {
+  /** Fields every chunk carries: `id`, `object`, `created`, `model`. */
+  readonly envelope: Readonly<Record<string, unknown>>
+  readonly includeUsage: boolean
+  readonly promptTokens: number
+  /** Choices to send before any token (chat: the role chunk; completions with echo: the prompt). */
+  opening(index: number): unknown | null
+  /** The choice for one token, or null to send nothing for it. */
+  token(index: number, token: TextToken): unknown | null
+  /** The choice that ends choice `index`. */
+  finish(index: number, result: GenerationResult): unknown
+}
+
+/**
+ * Stream `started` choices as OpenAI does: opening chunks, one chunk per token as tokens arrive
+ * (choices interleaved), a finishing chunk per choice, an optional usage chunk with empty
+ * `choices`, then `data: [DONE]`. With `include_usage`, every other chunk carries `usage: null`.
+ * A failure after the first byte becomes an OpenAI-shaped error event.
+ */
+export async function streamChoices(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  started: readonly StartedGeneration[],
+  shape: ChoiceStreamShape,
+): Promise<void> {
+  const sse = reply.sse
+  const chunk = (choices: unknown[], usage: unknown = null) => ({
+    data: { ...shape.envelope, choices, ...(shape.includeUsage ? { usage } : {}) },
+  })
+  try {
+    for (let index = 0; index < started.length; index++) {
+      const opening = shape.opening(index)
+      if (opening !== null) await sse.send(chunk([opening]))
+    }
+    const results: GenerationResult[] = []
+    for await (const { index, event } of mergeChoices(started)) {
+      if (!sse.isConnected) return
+      if (event.type === 'token') {
+        const choice = shape.token(index, event.token)
+        if (choice !== null) await sse.send(chunk([choice]))
+      } else {
+        results[index] = event.result
+        await sse.send(chunk([shape.finish(index, event.result)]))
+      }
+    }
+    if (!sse.isConnected) return
+    recordSuccess(reply, shape.promptTokens, results)
+    if (shape.includeUsage) await sse.send(chunk([], usageOf(shape.promptTokens, results)))
+    await sse.send('[DONE]')
+  } catch (err) {
+    await sendStreamError(request, reply, err)
+  }
+}
