@@ -3,6 +3,7 @@ import { AdapterCache } from '../adapters/adapter-cache.ts'
 import { AdapterManager, type KnownAdapter } from '../adapters/adapter-manager.ts'
 import { AuthGate } from '../adapters/auth-gate.ts'
 import { readLoraAdapter } from '../adapters/read-lora.ts'
+import { warnOnOtherBaseModel } from '../adapters/check-base-model.ts'
 import type { ValidConfig } from '../config/index.ts'
 import { createServerContainer, type ServerContainer } from '../container/index.ts'
 import type { Backend } from '../contracts/backend.ts'
@@ -41,12 +42,19 @@ export interface ServingState {
   readonly knownAdapters: () => Promise<readonly KnownAdapter[]>
 }
 
-async function readAdapterWeights(adapter: LocalAdapter, spec: ModelSpec) {
-  if (adapter.kind === 'lora') return readLoraAdapter(adapter.dir, adapter.resolved.id, spec)
-  throw new LoomError('adapter_invalid', {
-    id: adapter.resolved.id,
-    detail: 'Medusa adapters are not supported by this server yet',
-  })
+/** Parses adapter files into weights for the engine (after shape validation against the model). */
+function adapterReader(config: ValidConfig, logger: LoomLogger) {
+  return async (adapter: LocalAdapter, spec: ModelSpec) => {
+    if (adapter.kind === 'lora') {
+      const weights = await readLoraAdapter(adapter.dir, adapter.resolved.id, spec)
+      await warnOnOtherBaseModel(adapter.dir, adapter.resolved.id, config.model, logger)
+      return weights
+    }
+    throw new LoomError('adapter_invalid', {
+      id: adapter.resolved.id,
+      detail: 'Medusa adapters are not supported by this server yet',
+    })
+  }
 }
 
 /** A plugin's package name without scope and `backend-` prefix: `@loom/backend-cuda-native` → `cuda-native`. */
@@ -112,7 +120,7 @@ export class LoomServer {
                 maxConcurrentRequests: config.limits.max_concurrent_requests,
                 maxTotalTokens: config.limits.max_total_tokens,
               },
-              readAdapter: readAdapterWeights,
+              readAdapter: adapterReader(config, logger.child({ component: 'adapters' })),
               hostCacheBytes: config.adapters.host_cache_mb * 1024 * 1024,
               adapterLoadTimeoutMs: config.adapters.slot_wait_s * 1000,
               logger: logger.child({ component: 'engine' }),
