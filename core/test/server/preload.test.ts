@@ -15,6 +15,8 @@ t.test('adapters listed under adapters.preload are loaded before the server is r
   t.teardown(() => test.close())
   t.equal(test.server.backend.stats().loadedAdapters, 1, 'loaded at startup')
   t.match(test.logs.join(''), /"preloaded adapter"/)
+  // testkit adapters name `testkit/tiny-model` as their base; the server serves `test-model`.
+  t.match(test.logs.join(''), /"adapterBase":"testkit\/tiny-model".*another base model name/)
 })
 
 t.test('a preload that cannot be loaded stops startup with its error', async (t) => {
