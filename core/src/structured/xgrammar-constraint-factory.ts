@@ -10,10 +10,13 @@ import type { ResponseFormat, TokenConstraintFactory } from '../contracts/gramma
 import { LoomError } from '../errors/index.ts'
 import { canonicalSchemaJson } from './canonical-json.ts'
 import { CompiledGrammarCache } from './compiled-grammar-cache.ts'
-import { enumerateIntegerRanges } from './integer-ranges.ts'
 import { grammarUnsupportedError } from './compile-error.ts'
+import { intervalGrammar, IntervalUnsupportedError } from './decimal-interval-grammar.ts'
 import { loadXGrammar, loadXGrammarInstance, type XGrammarFailure, type XGrammarInstance } from './load-xgrammar.ts'
+import { patternGrammar, PatternUnsupportedError } from './pattern-grammar.ts'
+import { prepareSchema, type Splice } from './prepare-schema.ts'
 import { sanitizeJsonGrammar } from './sanitize-json-grammar.ts'
+import { spliceGrammar, type SplicedRules } from './splice-grammar.ts'
 import { vocabularyFromTokenizerJson, type XGrammarVocabulary } from './tokenizer-vocabulary.ts'
 import { XGrammarConstraint, type MatcherHandle } from './xgrammar-constraint.ts'
 
@@ -37,9 +40,14 @@ export interface XGrammarConstraintFactoryOptions {
   readonly maxWhitespace?: number
 }
 
-/** What one compile needs: a schema (as XGrammar reads it) and its strictness. */
+/** What one compile needs: a schema (as XGrammar reads it), its strictness, and Loom's own rules. */
 interface CompileRequest {
+  /** The cache key: the request's schema, canonical. */
+  readonly key: string
+  /** The prepared schema (markers in place) as XGrammar reads it. */
   readonly schema: string
+  /** The rules that replace each marker, generated before compiling (intervals) or during (patterns). */
+  readonly splices: ReadonlyMap<string, Splice>
   /** XGrammar's strict mode: no properties or items beyond those the schema lists. */
   readonly strict: boolean
 }
@@ -65,7 +73,7 @@ interface Runtime {
  * `json_object` without a schema: any JSON object (XGrammar's non-strict object, whose values are
  * any JSON). OpenAI's JSON mode and LoRAX both promise an object, not any JSON value.
  */
-const ANY_OBJECT: CompileRequest = { schema: '{"type":"object"}', strict: false }
+const ANY_OBJECT: CompileRequest = { key: 'any-object', schema: '{"type":"object"}', splices: new Map(), strict: false }
 
 /**
  * `TokenConstraintFactory` over XGrammar, for one tokenizer and model vocabulary size. The wasm
@@ -140,7 +148,7 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     if (this.#closed) throw new LoomError('server_closing')
     const request = compileRequestOf(spec)
     const runtime = await this.#getRuntime()
-    const key = `${request.strict ? 'strict' : 'loose'}:${request.schema}`
+    const key = `${request.strict ? 'strict' : 'loose'}:${request.key}`
     const compiled = await runtime.cache.getOrCompile(key, () => this.#compile(runtime, request))
     return new XGrammarConstraint(
       await newMatcher(runtime, compiled),
@@ -168,18 +176,34 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
       const { api } = runtime.xgrammar
       const { value } = await runtime.xgrammar.captureOutput(async () => {
         // Any whitespace between elements (models write JSON both ways), default separators,
-        // bounded whitespace runs. Schema → EBNF → repaired EBNF → compiled grammar.
-        const fromSchema = await api.Grammar.fromJSONSchema(
-          request.schema,
-          true,
-          -1,
-          undefined,
-          request.strict,
-          this.#maxWhitespace,
-        )
-        const ebnf = fromSchema.toString()
-        fromSchema.dispose()
-        const grammar = await api.Grammar.fromEBNF(sanitizeJsonGrammar(ebnf))
+        // bounded whitespace runs. Schema → EBNF → repaired EBNF + Loom's rules → compiled grammar.
+        const toEbnf = async (schema: string): Promise<string> => {
+          const fromSchema = await api.Grammar.fromJSONSchema(
+            schema,
+            true,
+            -1,
+            undefined,
+            request.strict,
+            this.#maxWhitespace,
+          )
+          try {
+            return fromSchema.toString()
+          } finally {
+            fromSchema.dispose()
+          }
+        }
+        const ebnf = sanitizeJsonGrammar(await toEbnf(request.schema))
+        const replacements = new Map<string, SplicedRules>()
+        let index = 0
+        for (const [marker, splice] of request.splices) {
+          const prefix = `loom_${splice.kind}_${index++}`
+          if (splice.kind === 'interval') replacements.set(marker, intervalGrammar(prefix, splice.interval))
+          else {
+            const patternEbnf = await toEbnf(JSON.stringify({ type: 'string', pattern: splice.pattern }))
+            replacements.set(marker, patternOrRefuse(prefix, patternEbnf, splice.pattern))
+          }
+        }
+        const grammar = await api.Grammar.fromEBNF(spliceGrammar(ebnf, replacements))
         try {
           return await compiler.compileGrammar(grammar)
         } finally {
@@ -188,6 +212,8 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
       })
       return value
     } catch (err) {
+      // Refused by Loom's own checks: XGrammar did not abort, the instance is fine.
+      if (err instanceof LoomError) throw err
       // The instance aborted: give later requests a fresh one; constraints made from this one
       // keep working on it.
       if (this.#runtime !== null && (await this.#runtime.catch(() => null)) === runtime) {
@@ -256,5 +282,40 @@ function compileRequestOf(spec: ResponseFormat): CompileRequest {
       { param: 'response_format' },
     )
   }
-  return { schema: canonicalSchemaJson(enumerateIntegerRanges(schema)), strict: true }
+  const prepared = prepareSchema(schema)
+  // Interval rules are generated at compile time, but an interval with no rules is refused now.
+  for (const splice of prepared.splices.values()) {
+    if (splice.kind === 'interval') {
+      try {
+        intervalGrammar('check', splice.interval)
+      } catch (err) {
+        if (!(err instanceof IntervalUnsupportedError)) throw err
+        throw new LoomError(
+          'grammar_unsupported',
+          { detail: `\`minimum/maximum\` is not supported as given: ${err.message}` },
+          { param: 'response_format', cause: err },
+        )
+      }
+    }
+  }
+  return {
+    key: canonicalSchemaJson(schema),
+    schema: canonicalSchemaJson(prepared.schema),
+    splices: prepared.splices,
+    strict: true,
+  }
+}
+
+/** A pattern's rules, or the 422 naming `pattern` when its grammar cannot be used. */
+function patternOrRefuse(prefix: string, ebnf: string, pattern: string): SplicedRules {
+  try {
+    return patternGrammar(prefix, ebnf)
+  } catch (err) {
+    if (!(err instanceof PatternUnsupportedError)) throw err
+    throw new LoomError(
+      'grammar_unsupported',
+      { detail: `\`pattern\` is not supported as given (${JSON.stringify(pattern)}): ${err.message}` },
+      { param: 'response_format', cause: err },
+    )
+  }
 }

@@ -2,7 +2,6 @@ import t from 'tap'
 import { buildTokenizer } from '@loom/testkit'
 import { canonicalSchemaJson } from '../../src/structured/canonical-json.ts'
 import { CompiledGrammarCache } from '../../src/structured/compiled-grammar-cache.ts'
-import { enumerateIntegerRanges } from '../../src/structured/integer-ranges.ts'
 import { sanitizeJsonGrammar } from '../../src/structured/sanitize-json-grammar.ts'
 import { vocabularyFromTokenizerJson } from '../../src/structured/tokenizer-vocabulary.ts'
 
@@ -45,24 +44,6 @@ t.test('sanitizeJsonGrammar narrows string classes outside literals', async (t) 
     'string ::= "\\"" [^"\\\\\\r\\n\\0-\\x1f\\"\\\\]{0,12} "[^x]" [^\\0-\\x1f\\"\\\\] [0-9] "\\""',
   )
   t.equal(sanitizeJsonGrammar('# [^a] comment\nroot ::= [a-z]'), '# [^a] comment\nroot ::= [a-z]')
-})
-
-t.test('small integer ranges become enums; data is left alone', async (t) => {
-  t.same(enumerateIntegerRanges({ type: 'integer', minimum: 1, exclusiveMaximum: 4 }), {
-    type: 'integer',
-    enum: [1, 2, 3],
-  })
-  t.same(enumerateIntegerRanges({ type: 'integer', minimum: 0 }), { type: 'integer', minimum: 0 })
-  t.same(enumerateIntegerRanges({ type: 'integer', minimum: 0, maximum: 1e6 }), {
-    type: 'integer',
-    minimum: 0,
-    maximum: 1e6,
-  })
-  const data = { const: { type: 'integer', minimum: 0, maximum: 2 } }
-  t.same(enumerateIntegerRanges(data), data)
-  t.same(enumerateIntegerRanges({ properties: { n: { type: 'integer', minimum: -1, maximum: 1 } } }), {
-    properties: { n: { type: 'integer', enum: [-1, 0, 1] } },
-  })
 })
 
 t.test('vocabulary from tokenizer.json', async (t) => {

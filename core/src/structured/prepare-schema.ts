@@ -1,0 +1,194 @@
+/**
+ * Gets a request's JSON schema ready for XGrammar: refuses the keywords XGrammar 0.1.27 would
+ * silently ignore or get wrong (so no output ever breaks the schema unnoticed), and takes out the
+ * parts whose grammar Loom writes itself, leaving a marker in their place:
+ * - numbers and integers with bounds (`minimum`, `maximum`, `exclusiveMinimum`,
+ *   `exclusiveMaximum`), whose XGrammar rules admit out-of-range values (decimal-interval-grammar);
+ * - strings with a `pattern`, whose XGrammar rules can write a raw `"`, `\` or control character
+ *   inside the JSON string (pattern-grammar).
+ * Each marker is a `const` string; XGrammar writes it as one literal that `spliceGrammar` swaps
+ * for the rule Loom generated.
+ */
+import { LoomError } from '../errors/index.ts'
+import type { NumericInterval } from './decimal-interval-grammar.ts'
+
+type Json = Record<string, unknown>
+
+/** What a marker stands for. */
+export type Splice =
+  | { readonly kind: 'interval'; readonly interval: NumericInterval }
+  | { readonly kind: 'pattern'; readonly pattern: string }
+
+export interface PreparedSchema {
+  /** The schema XGrammar compiles, markers in place. */
+  readonly schema: unknown
+  /** Marker string → what to put there. */
+  readonly splices: ReadonlyMap<string, Splice>
+}
+
+/** Keywords whose value is one schema. */
+const SCHEMA_VALUED = ['items', 'additionalProperties', 'additionalItems', 'not', 'contains', 'propertyNames']
+/** Keywords whose value is an array of schemas. */
+const SCHEMA_LISTS = ['anyOf', 'allOf', 'oneOf', 'prefixItems']
+/** Keywords whose value maps names to schemas. */
+const SCHEMA_MAPS = ['properties', '$defs', 'definitions', 'patternProperties', 'dependentSchemas']
+
+/** Keywords a grammar cannot honour (or XGrammar ignores) and why. */
+const REFUSED: Readonly<Record<string, string>> = {
+  oneOf: 'exactly-one-of cannot be enforced by a grammar (XGrammar treats it as anyOf)',
+  not: 'negated schemas cannot be enforced by a grammar',
+  if: 'conditional schemas are not supported',
+  then: 'conditional schemas are not supported',
+  else: 'conditional schemas are not supported',
+  multipleOf: 'multiples cannot be enforced by the grammar engine',
+  uniqueItems: 'unique array items cannot be enforced by a grammar',
+  contains: 'array `contains` is not supported',
+  minContains: 'array `contains` is not supported',
+  maxContains: 'array `contains` is not supported',
+  patternProperties: 'property-name patterns are not supported',
+  propertyNames: 'property-name schemas are not supported',
+  dependentRequired: 'dependent properties are not supported',
+  dependentSchemas: 'dependent schemas are not supported',
+  dependencies: 'dependent properties are not supported',
+  unevaluatedProperties: 'unevaluated properties are not supported',
+  unevaluatedItems: 'unevaluated items are not supported',
+}
+
+const BOUND_KEYWORDS = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum']
+const STRING_LENGTH_KEYWORDS = ['minLength', 'maxLength', 'format']
+/** Keywords that may sit next to a bound or pattern without changing which values are valid. */
+const ANNOTATIONS = new Set([
+  'type',
+  'title',
+  'description',
+  'default',
+  'examples',
+  '$comment',
+  'deprecated',
+  'readOnly',
+  'writeOnly',
+  '$id',
+  '$schema',
+  '$anchor',
+])
+
+function refuse(keyword: string, why: string): never {
+  throw new LoomError(
+    'grammar_unsupported',
+    { detail: `\`${keyword}\` is not supported: ${why}` },
+    { param: 'response_format' },
+  )
+}
+
+const isObject = (v: unknown): v is Json => v !== null && typeof v === 'object' && !Array.isArray(v)
+
+/**
+ * Check `schema` and swap bounded numbers and patterned strings for markers. Throws a 422
+ * `grammar_unsupported` naming the keyword for anything that cannot be honoured exactly.
+ */
+export function prepareSchema(schema: unknown): PreparedSchema {
+  const text = JSON.stringify(schema) ?? ''
+  // A marker must not collide with a string the schema itself contains.
+  let tag = 'LOOMSPLICE'
+  while (text.includes(tag)) tag += 'X'
+  const splices = new Map<string, Splice>()
+  const mark = (splice: Splice): Json => {
+    const marker = `${tag}${splices.size}`
+    splices.set(marker, splice)
+    return { const: marker }
+  }
+  return { schema: walk(schema, mark), splices }
+}
+
+function walk(node: unknown, mark: (splice: Splice) => Json): unknown {
+  if (!isObject(node)) return node
+  for (const keyword of Object.keys(node)) {
+    const why = REFUSED[keyword]
+    if (why !== undefined && !(keyword === 'uniqueItems' && node[keyword] === false)) refuse(keyword, why)
+  }
+  if (Array.isArray(node.allOf) && node.allOf.length > 1) {
+    refuse('allOf', 'XGrammar supports allOf with a single schema only')
+  }
+  if (node.format === 'email' || node.format === 'idn-email') {
+    refuse('format', 'the `email` format can produce invalid JSON escapes')
+  }
+  const out: Json = {}
+  for (const [key, value] of Object.entries(node)) {
+    if (SCHEMA_VALUED.includes(key)) out[key] = walk(value, mark)
+    else if (SCHEMA_LISTS.includes(key) && Array.isArray(value)) out[key] = value.map((v) => walk(v, mark))
+    else if (key === 'items' && Array.isArray(value)) out[key] = value.map((v) => walk(v, mark))
+    else if (SCHEMA_MAPS.includes(key) && isObject(value))
+      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, mark)]))
+    else out[key] = value
+  }
+  return rewriteLeaf(out, mark)
+}
+
+/** Swap a bounded number or a patterned string for a marker; other nodes are returned as they are. */
+function rewriteLeaf(node: Json, mark: (splice: Splice) => Json): Json {
+  const hasBounds = BOUND_KEYWORDS.some((k) => k in node)
+  const hasPattern = 'pattern' in node
+  if ((!hasBounds && !hasPattern) || 'enum' in node || 'const' in node) return node
+  const types = node.type === undefined ? null : Array.isArray(node.type) ? node.type : [node.type]
+  if (types !== null && types.length > 1) {
+    // Each type's keywords apply to values of that type only: one branch per type is the same set.
+    if ('anyOf' in node) refuse('type', 'a list of types next to `anyOf` and bounds or a pattern')
+    return { anyOf: types.map((type) => rewriteLeaf({ ...node, type }, mark)) }
+  }
+  const type = types?.[0]
+  if (hasBounds && (type === 'number' || type === 'integer')) return markInterval(node, type === 'integer', mark)
+  if (hasPattern && (type === 'string' || type === undefined)) return markPattern(node, mark)
+  if (hasBounds && type === undefined) refuse('minimum/maximum', 'bounds need `type: "number"` or `"integer"`')
+  return node
+}
+
+function checkAlone(node: Json, handled: readonly string[], what: string): void {
+  for (const key of Object.keys(node)) {
+    if (!handled.includes(key) && !ANNOTATIONS.has(key)) refuse(key, `not supported next to ${what}`)
+  }
+}
+
+function markInterval(node: Json, integer: boolean, mark: (splice: Splice) => Json): Json {
+  checkAlone(node, BOUND_KEYWORDS, 'minimum/maximum')
+  const numberAt = (key: string): number | undefined => {
+    const v = node[key]
+    if (v === undefined || typeof v === 'boolean') return undefined
+    if (typeof v !== 'number' || !Number.isFinite(v)) refuse(key, 'it must be a finite number')
+    return v
+  }
+  const min = numberAt('minimum')
+  const max = numberAt('maximum')
+  // Draft 4 wrote `exclusiveMinimum: true` next to `minimum`; later drafts give the bound itself.
+  const exMin = node.exclusiveMinimum === true ? min : numberAt('exclusiveMinimum')
+  const exMax = node.exclusiveMaximum === true ? max : numberAt('exclusiveMaximum')
+  const lower = tighter(min, exMin, node.exclusiveMinimum === true, 1)
+  const upper = tighter(max, exMax, node.exclusiveMaximum === true, -1)
+  const interval: NumericInterval = {
+    integer,
+    ...(lower === undefined ? {} : { min: lower }),
+    ...(upper === undefined ? {} : { max: upper }),
+  }
+  return mark({ kind: 'interval', interval })
+}
+
+/** The tighter of an inclusive and an exclusive bound (`dir` 1: lower bound, -1: upper). */
+function tighter(
+  inclusive: number | undefined,
+  exclusive: number | undefined,
+  draft4: boolean,
+  dir: 1 | -1,
+): { value: number; exclusive: boolean } | undefined {
+  if (draft4 && exclusive !== undefined) return { value: exclusive, exclusive: true }
+  if (exclusive === undefined) return inclusive === undefined ? undefined : { value: inclusive, exclusive: false }
+  if (inclusive === undefined || dir * (exclusive - inclusive) >= 0) return { value: exclusive, exclusive: true }
+  return { value: inclusive, exclusive: false }
+}
+
+function markPattern(node: Json, mark: (splice: Splice) => Json): Json {
+  if (typeof node.pattern !== 'string') refuse('pattern', 'it must be a string')
+  for (const key of STRING_LENGTH_KEYWORDS) {
+    if (key in node) refuse(key, 'not supported together with `pattern` (XGrammar would ignore it)')
+  }
+  checkAlone(node, ['pattern'], '`pattern`')
+  return mark({ kind: 'pattern', pattern: node.pattern })
+}
