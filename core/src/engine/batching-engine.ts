@@ -6,15 +6,25 @@ import type {
   BackendFinishReason,
   BackendRequest,
   BackendStats,
+  GeneratedToken,
   GenerationEvent,
 } from '../contracts/backend.ts'
 import type { Logger } from '../contracts/logger.ts'
-import { LORA_MODULES, type ModelSpec, type StepOutput, type StepRunner } from '../contracts/step-runner.ts'
+import {
+  LORA_MODULES,
+  type KvCopy,
+  type ModelSpec,
+  type StepOutput,
+  type StepRunner,
+} from '../contracts/step-runner.ts'
 import { LoomError } from '../errors/index.ts'
 import { AdapterRegistry, type AdapterCacheStats } from './adapter-registry.ts'
 import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-options.ts'
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
+import { draftFromHeads } from './medusa/draft.ts'
+import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
+import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
 import type { PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
 import { logSumExp } from './sampler/softmax.ts'
@@ -24,6 +34,9 @@ import { SerialQueue } from './serial-queue.ts'
 import { Sequence } from './sequence.ts'
 
 const BASE_QUEUE = 'base'
+/** Defaults of `SpeculationOptions`. */
+const DEFAULT_SPECULATION_MAX_BATCH_SIZE = 32
+const DEFAULT_SPECULATION_MAX_TOKENS = 256
 
 /** Everything that exists only after `start()`. */
 interface Loaded {
@@ -38,6 +51,14 @@ interface Loaded {
 }
 
 /**
+ * What sampling one position gave: a token; `done` when the constraint terminated with nothing
+ * more to say (the sequence ends with `eos_token`); `none` when the constraint allows no token.
+ */
+type Sampled = GeneratedToken | 'done' | 'none'
+
+const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
+
+/**
  * Turns any `StepRunner` into a `Backend`: continuous batching over a paged KV cache, per-adapter
  * fair queues, sampling, stop rules and structured-output masks (see `Scheduler` for the policy).
  * Adapters live in a bounded set of device slots with LRU eviction of unpinned adapters and a host
@@ -47,6 +68,20 @@ interface Loaded {
  * One step is in flight at a time; the loop awaits the runner and yields to the event loop between
  * steps, so requests join and leave at step boundaries while the JS thread stays free. Every runner
  * call (load, step, adapter load/unload, close) is serialised through one queue.
+ *
+ * Medusa speculation (requests with a `speculator`): the heads' top-k candidates along a sparse
+ * tree (`SpeculationOptions.choices`) are verified in one step with a tree attention mask. The
+ * verification rule is **sample-and-match**: starting at the root, the next token is chosen from
+ * the model's logits at the current node exactly as plain decoding would choose it (same penalties,
+ * grammar mask, warpers and one draw from the request's own random stream); if a child of the node
+ * carries that token, it is accepted and the walk continues from it, else the step ends with that
+ * token. Every emitted token is therefore the one plain decoding would have produced given the
+ * same prefix and random draws: greedy output is identical to greedy decoding, and seeded sampled
+ * output is identical to seeded plain sampling (lossless; unlike Medusa's typical acceptance, no
+ * ε/α trade quality for speed). Grammar constraints advance token by token inside the walk, so
+ * constrained rows speculate too, with no rollback. The accepted branch's KV entries are
+ * compacted by `kvCopies` before the next step; rejected branches are simply overwritten. The
+ * first token of a step is reported normally, the accepted extra ones with `skipped: true`.
  *
  * Lifecycle (after undici's DispatcherBase): `start()` once; `close()` refuses new work and
  * resolves when every accepted request has finished and the runner is closed; `destroy(err)` fails
@@ -72,6 +107,10 @@ export class BatchingEngine implements Backend {
   private loopRunning = false
   private loopScheduled = false
   private nextSeqId = 1
+  private readonly speculationCounters = new SpeculationCounters()
+  private readonly tree: MedusaTree
+  private readonly speculationMaxBatchSize: number
+  private readonly speculationMaxTokens: number
 
   constructor(options: BatchingEngineOptions) {
     const { limits } = options
@@ -84,6 +123,15 @@ export class BatchingEngine implements Backend {
       if (value !== undefined && !(Number.isFinite(value) && value >= 0))
         throw new RangeError(`${name} must be a non-negative number`)
     }
+    const speculation = options.speculation ?? {}
+    for (const name of ['maxBatchSize', 'maxTokens'] as const) {
+      const value = speculation[name]
+      if (value !== undefined && !(Number.isInteger(value) && value >= 0))
+        throw new RangeError(`speculation.${name} must be a non-negative integer`)
+    }
+    this.tree = new MedusaTree(speculation.choices ?? DEFAULT_MEDUSA_CHOICES)
+    this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
+    this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
     this.limits = limits
     this.options = options
@@ -116,8 +164,8 @@ export class BatchingEngine implements Backend {
       vocabSize: spec.vocabSize,
       maxLoraRank: loraCapable ? spec.maxLoraRank : 0,
       loraTargetModules: loraCapable ? [...(this.options.loraTargetModules ?? LORA_MODULES)] : [],
-      // Medusa verification is not implemented yet; the core must not send speculators.
-      medusa: false,
+      // Medusa heads take an adapter slot.
+      medusa: spec.adapterSlots > 0,
       structuredOutput: true,
       modelShape: {
         architecture: spec.architecture,
@@ -152,14 +200,22 @@ export class BatchingEngine implements Backend {
       const slot = adapters.slotOf(adapter)
       return slot < 0 ? null : slot
     }
+    const contextLimit = Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity)
+    const speculation = {
+      tree: this.tree,
+      maxBatchSize: this.speculationMaxBatchSize,
+      maxTokens: this.speculationMaxTokens,
+      contextLimit,
+      medusaSlotOf: (seq: Sequence) => (seq.request.speculator === null ? -1 : adapters.slotOf(seq.request.speculator)),
+    }
     this.loaded = {
       spec,
       capabilities,
       allocator,
-      scheduler: new Scheduler(allocator, this.limits, adapterSlotOf),
+      scheduler: new Scheduler(allocator, this.limits, adapterSlotOf, speculation),
       sampler: new TokenSampler(spec.vocabSize),
       adapters,
-      contextLimit: Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity),
+      contextLimit,
     }
     this.logger.info(
       { kvBlocks: spec.kvBlockCount, kvBlockSize: spec.kvBlockSize, vocabSize: spec.vocabSize },
@@ -202,6 +258,14 @@ export class BatchingEngine implements Backend {
       }
     }
     const { adapter, speculator } = request
+    if (adapter !== null && adapter.kind !== 'lora') {
+      throw new LoomError('bad_request', { detail: `adapter ${adapter.key} is a ${adapter.kind} adapter, not a LoRA` })
+    }
+    if (speculator !== null && speculator.kind !== 'medusa') {
+      throw new LoomError('bad_request', {
+        detail: `speculator ${speculator.key} is a ${speculator.kind} adapter, not Medusa`,
+      })
+    }
     if (adapter !== null && speculator !== null && adapter.key !== speculator.key && loaded.adapters.slotCount < 2) {
       // Both must be resident at once to run a single row; that can never happen.
       throw new LoomError('adapter_slots_full', { slots: loaded.adapters.slotCount })
@@ -256,6 +320,14 @@ export class BatchingEngine implements Backend {
       kvBlocksFree: loaded.allocator.free,
       loadedAdapters: loaded.adapters.loadedCount,
     }
+  }
+
+  /**
+   * Medusa counters since start: verification rows, tokens emitted and accepted, the accepted-count
+   * histogram and acceptance per head (engine-specific; not on `Backend`).
+   */
+  speculationStats(): SpeculationStats {
+    return this.speculationCounters.snapshot()
   }
 
   /** Device-slot and host-cache counters of the adapter LRU (engine-specific; not on `Backend`). */
@@ -322,7 +394,9 @@ export class BatchingEngine implements Backend {
         for (const { seq } of plan.rows) seq.firstScheduledAt ??= startedAt
         let output: StepOutput | null = null
         try {
-          const batch = { rows: plan.rows.map((planned) => planned.row), kvCopies: [] }
+          const kvCopies: KvCopy[] = []
+          for (const { kvCopy } of plan.rows) if (kvCopy !== null) kvCopies.push(kvCopy)
+          const batch = { rows: plan.rows.map((planned) => planned.row), kvCopies }
           output = await this.runnerQueue.run(() => this.runner.step(batch))
         } catch (err) {
           this.logger.error({ err, rows: plan.rows.length }, 'step failed')
@@ -345,27 +419,125 @@ export class BatchingEngine implements Backend {
   private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput): void {
     const V = loaded.spec.vocabSize
     let expected = 0
-    for (const { row } of rows) expected += row.logitIndices.length
+    let expectedHeads = 0
+    for (const { seq, row } of rows) {
+      expected += row.logitIndices.length
+      if (row.medusaSlot >= 0) expectedHeads += row.medusaIndices.length * seq.request.speculator!.size
+    }
     if (output.logits.length !== expected * V) {
       this.failRows(rows, new Error(`runner returned ${output.logits.length} logits; expected ${expected} × ${V}`))
       return
     }
+    if (output.medusaLogits.length !== expectedHeads * V) {
+      this.failRows(
+        rows,
+        new Error(`runner returned ${output.medusaLogits.length} Medusa logits; expected ${expectedHeads} × ${V}`),
+      )
+      return
+    }
     let offset = 0
+    let headOffset = 0
     for (const planned of rows) {
       const { seq, row, chunk } = planned
       const base = offset
+      const headBase = headOffset
       offset += row.logitIndices.length * V
+      if (row.medusaSlot >= 0) headOffset += row.medusaIndices.length * seq.request.speculator!.size * V
       // Cancelled (or failed) while the step ran: its blocks are already free.
       if (seq.state !== 'running') continue
       seq.cacheLen += chunk
       try {
         if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, row.cacheLen, chunk, output.logits, base, V)
-        if (planned.samples) this.sampleNext(loaded, seq, output.logits, base + (row.logitIndices.length - 1) * V)
+        if (planned.treeNodes > 0) {
+          this.verify(loaded, planned, output, base, headBase)
+        } else if (planned.samples) {
+          this.sampleNext(loaded, seq, output.logits, base + (row.logitIndices.length - 1) * V)
+          if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
+        }
       } catch (err) {
         this.logger.error({ err, requestId: seq.request.id }, 'sampling failed')
         this.fail(seq, generationError(err))
       }
     }
+  }
+
+  /**
+   * Keep the candidates of the heads at the row's `medusaIndices[at]` for the next step, or drop a
+   * stale draft when the row asked for no head logits (speculation was off).
+   */
+  private nextDraft(
+    loaded: Loaded,
+    seq: Sequence,
+    planned: PlannedRow,
+    medusaLogits: Float32Array,
+    headBase: number,
+    at: number,
+  ): void {
+    if (seq.state !== 'running' || planned.row.medusaSlot < 0) {
+      seq.draft = null
+      return
+    }
+    const heads = seq.request.speculator!.size
+    const V = loaded.spec.vocabSize
+    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V)
+  }
+
+  /**
+   * Sample-and-match over a verification row (see the class comment): walk from the root, choosing
+   * each token as plain decoding would and following the child that carries it. Stop rules apply
+   * to every token, so a run can end inside the accepted branch. The accepted nodes' cache
+   * entries are queued for compaction; the heads at the last node give the next draft.
+   */
+  private verify(loaded: Loaded, planned: PlannedRow, output: StepOutput, base: number, headBase: number): void {
+    const { seq, row, treeNodes } = planned
+    const V = loaded.spec.vocabSize
+    const tree = this.tree
+    const emitted: GeneratedToken[] = []
+    const accepted: number[] = []
+    let node = 0
+    let ending: BackendFinishReason | null = null
+    let failed = false
+    for (;;) {
+      const token = this.sampleOne(loaded, seq, output.logits, base + node * V)
+      if (token === 'done' || token === 'none') {
+        // The tokens already chosen go out before the ending.
+        if (token === 'done') ending = 'eos_token'
+        else failed = true
+        break
+      }
+      emitted.push(emitted.length === 0 ? token : { ...token, skipped: true })
+      seq.tokens.push(token.id)
+      seq.generated++
+      ending = this.stopReason(loaded, seq, token.id)
+      if (ending !== null) break
+      let next = -1
+      for (const child of tree.children[node]!) {
+        if (child < treeNodes && row.tokens[child] === token.id) {
+          next = child
+          break
+        }
+      }
+      if (next < 0) break
+      accepted.push(next)
+      node = next
+    }
+    this.speculationCounters.recordVerify(tree.depth[treeNodes - 1]!, treeNodes - 1, accepted.length, emitted.length)
+    if (emitted.length > 0) seq.channel.push({ type: 'tokens', tokens: emitted })
+    if (failed) return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
+    if (ending !== null) return this.finish(seq, ending)
+    // Root is committed (chunk 1); the accepted candidates sit at cacheLen - 1 + node and move up.
+    const root = row.cacheLen
+    const from: number[] = []
+    const to: number[] = []
+    accepted.forEach((n, j) => {
+      if (n !== j + 1) {
+        from.push(root + n)
+        to.push(root + j + 1)
+      }
+    })
+    seq.cacheLen += accepted.length
+    seq.pendingCopy = from.length > 0 ? { from, to } : null
+    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, node)
   }
 
   /** Logprob of prompt token `p + 1` from the logits at position `p`, for every position of the chunk. */
@@ -388,7 +560,6 @@ export class BatchingEngine implements Backend {
   }
 
   private sampleNext(loaded: Loaded, seq: Sequence, logits: Float32Array, offset: number): void {
-    const request = seq.request
     if (!seq.prefillDone) {
       seq.prefillDone = true
       if (seq.prefillTokens !== null) {
@@ -396,6 +567,19 @@ export class BatchingEngine implements Backend {
         seq.prefillTokens = null
       }
     }
+    const token = this.sampleOne(loaded, seq, logits, offset)
+    if (token === 'done') return this.finish(seq, 'eos_token')
+    if (token === 'none') return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
+    seq.tokens.push(token.id)
+    seq.generated++
+    seq.channel.push({ type: 'tokens', tokens: [token] })
+    const ending = this.stopReason(loaded, seq, token.id)
+    if (ending !== null) this.finish(seq, ending)
+  }
+
+  /** Choose the token at one position (see `Sampled`); records it in the sampler state and constraint. */
+  private sampleOne(loaded: Loaded, seq: Sequence, logits: Float32Array, offset: number): Sampled {
+    const request = seq.request
     const outcome = loaded.sampler.sample({
       logits,
       offset,
@@ -404,18 +588,16 @@ export class BatchingEngine implements Backend {
       eosTokenIds: request.eosTokenIds,
       topLogprobs: request.topLogprobs,
     })
-    if (outcome.kind === 'constraint_done') return this.finish(seq, 'eos_token')
-    if (outcome.kind === 'no_token_allowed') {
-      return this.fail(seq, new LoomError('generation_error', { detail: 'the output constraint allows no token' }))
-    }
-    const { token } = outcome
-    seq.tokens.push(token.id)
-    seq.generated++
-    seq.channel.push({ type: 'tokens', tokens: [token] })
-    if (request.eosTokenIds.includes(token.id)) this.finish(seq, 'eos_token')
-    else if (seq.generated >= request.maxNewTokens || seq.tokens.length >= loaded.contextLimit) {
-      this.finish(seq, 'length')
-    }
+    if (outcome.kind === 'constraint_done') return 'done'
+    if (outcome.kind === 'no_token_allowed') return 'none'
+    return outcome.token
+  }
+
+  /** Why the sequence must stop after generating `id`, or null to go on. */
+  private stopReason(loaded: Loaded, seq: Sequence, id: number): BackendFinishReason | null {
+    if (seq.request.eosTokenIds.includes(id)) return 'eos_token'
+    if (seq.generated >= seq.request.maxNewTokens || seq.tokens.length >= loaded.contextLimit) return 'length'
+    return null
   }
 
   // ——— endings ———

@@ -14,6 +14,29 @@ export interface BatchingEngineLimits {
   readonly maxTotalTokens?: number
 }
 
+/**
+ * Medusa speculation policy (applies to requests whose `speculator` is set). Every option has a
+ * default; the engine speculates whenever a request carries Medusa heads.
+ */
+export interface SpeculationOptions {
+  /**
+   * The sparse candidate tree as Medusa's `medusa_choices` (paths of top-k ranks, each path's
+   * parent listed too). Default `DEFAULT_MEDUSA_CHOICES` (25 candidates, depth 4).
+   */
+  readonly choices?: readonly (readonly number[])[]
+  /**
+   * Speculation is off for a step when more sequences than this are running: verification then
+   * costs more than it saves (LoRAX's `--speculation-max-batch-size`). Default 32.
+   */
+  readonly maxBatchSize?: number
+  /**
+   * Most candidate tokens one step may verify, over all rows. Rows that would exceed it get a
+   * smaller tree (a prefix of it) or decode plainly; the rows that went longest without
+   * speculating are served first. Default 256.
+   */
+  readonly maxTokens?: number
+}
+
 export interface BatchingEngineOptions {
   readonly runner: StepRunner
   readonly limits: BatchingEngineLimits
@@ -36,6 +59,8 @@ export interface BatchingEngineOptions {
    * without reading its files again (LRU, measured as the typed arrays' byteLength). Default 1 GiB.
    */
   readonly hostCacheBytes?: number
+  /** Medusa speculation policy; absent: the defaults of `SpeculationOptions`. */
+  readonly speculation?: SpeculationOptions
   /** Clock in milliseconds, for `queueMs` (tests may inject one). Default `performance.now`. */
   readonly now?: () => number
 }

@@ -1,4 +1,5 @@
-import type { StepRow } from '../contracts/step-runner.ts'
+import type { KvCopy, StepRow } from '../contracts/step-runner.ts'
+import type { MedusaTree } from './medusa/medusa-tree.ts'
 import type { Sequence } from './sequence.ts'
 
 const NO_INDICES = new Int32Array(0)
@@ -7,21 +8,35 @@ const NO_INDICES = new Int32Array(0)
 export interface PlannedRow {
   readonly seq: Sequence
   readonly row: StepRow
-  /** Tokens fed this step (`tokens[cacheLen, cacheLen + chunk)`). */
+  /**
+   * Tokens committed to the cache by this step before any speculation: `tokens[cacheLen,
+   * cacheLen + chunk)`. A verification row commits its root (1) plus whatever it accepts.
+   */
   readonly chunk: number
   /** The chunk reaches the end of the known tokens: sample the next token from the last logits. */
   readonly samples: boolean
   /** Logits are requested at every chunk position for the prompt's logprobs. */
   readonly prefillLogits: boolean
+  /** Tree nodes fed (root included) when this is a Medusa verification row, else 0. */
+  readonly treeNodes: number
+  /** The compaction of last step's accepted branch, applied before this step's forward pass. */
+  readonly kvCopy: KvCopy | null
+}
+
+/** Take the sequence's pending cache moves as a `KvCopy` over its current block table. */
+function takeCopy(seq: Sequence, blockTable: Int32Array): KvCopy | null {
+  const pending = seq.pendingCopy
+  if (pending === null) return null
+  seq.pendingCopy = null
+  return { blockTable, from: Int32Array.from(pending.from), to: Int32Array.from(pending.to) }
 }
 
 /**
  * Build the row that feeds `tokens[cacheLen, cacheLen + chunk)` of a sequence whose blocks already
- * cover `cacheLen + chunk` entries. Plain prefill/decode rows: linear positions, causal attention,
- * no Medusa (slot -1). A Medusa verification row would add candidates, a `treeMask` and
- * `medusaIndices` here.
+ * cover `cacheLen + chunk` entries: linear positions, causal attention. With `medusa`, the heads
+ * run on the last position (the row samples), so the next step has candidates to verify.
  */
-export function buildRow(seq: Sequence, chunk: number): PlannedRow {
+export function buildRow(seq: Sequence, chunk: number, medusa = false): PlannedRow {
   const start = seq.cacheLen
   const end = start + chunk
   const tokens = Int32Array.from(seq.tokens.slice(start, end))
@@ -37,16 +52,60 @@ export function buildRow(seq: Sequence, chunk: number): PlannedRow {
   } else {
     logitIndices = samples ? Int32Array.of(chunk - 1) : NO_INDICES
   }
+  const heads = medusa && samples && seq.medusaSlot >= 0
+  const blockTable = Int32Array.from(seq.blocks)
   const row: StepRow = {
     seqId: seq.seqId,
     tokens,
     positions,
     cacheLen: start,
-    blockTable: Int32Array.from(seq.blocks),
+    blockTable,
     loraSlot: seq.loraSlot,
     logitIndices,
-    medusaSlot: -1,
-    medusaIndices: NO_INDICES,
+    medusaSlot: heads ? seq.medusaSlot : -1,
+    medusaIndices: heads ? Int32Array.of(chunk - 1) : NO_INDICES,
   }
-  return { seq, row, chunk, samples, prefillLogits }
+  return { seq, row, chunk, samples, prefillLogits, treeNodes: 0, kvCopy: takeCopy(seq, blockTable) }
+}
+
+/**
+ * Build a Medusa verification row for a decoding sequence with a draft: the last sampled token
+ * (the root, not yet in the cache) plus the first `nodes - 1` candidates of the tree, at positions
+ * `cacheLen + depth`, attending to their ancestors only. Logits and head logits come back for
+ * every node: verification walks the tree from the root, and the next draft comes from the heads
+ * at whichever node it stops. The sequence's blocks must cover `cacheLen + nodes` entries.
+ */
+export function buildTreeRow(seq: Sequence, tree: MedusaTree, nodes: number): PlannedRow {
+  const start = seq.cacheLen
+  const draft = seq.draft!
+  const tokens = draft.tokens.slice(0, nodes)
+  tokens[0] = seq.tokens[start]!
+  const positions = new Int32Array(nodes)
+  const all = new Int32Array(nodes)
+  for (let i = 0; i < nodes; i++) {
+    positions[i] = start + tree.depth[i]!
+    all[i] = i
+  }
+  const blockTable = Int32Array.from(seq.blocks)
+  const row: StepRow = {
+    seqId: seq.seqId,
+    tokens,
+    positions,
+    cacheLen: start,
+    blockTable,
+    treeMask: tree.mask(nodes),
+    loraSlot: seq.loraSlot,
+    logitIndices: all,
+    medusaSlot: seq.medusaSlot,
+    medusaIndices: all,
+  }
+  return {
+    seq,
+    row,
+    chunk: 1,
+    samples: true,
+    prefillLogits: false,
+    treeNodes: nodes,
+    kvCopy: takeCopy(seq, blockTable),
+  }
 }

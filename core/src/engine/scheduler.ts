@@ -1,6 +1,7 @@
 import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
-import { buildRow, type PlannedRow } from './row-builder.ts'
+import type { MedusaTree } from './medusa/medusa-tree.ts'
+import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
 import type { Sequence } from './sequence.ts'
 
 export interface SchedulerLimits {
@@ -15,6 +16,19 @@ export interface SchedulerLimits {
  * resident on the device (the sequence then waits in its queue without blocking others).
  */
 export type AdapterSlotOf = (seq: Sequence) => number | null
+
+/** How the scheduler plans Medusa verification rows (see `Scheduler`, step 1). */
+export interface SchedulerSpeculation {
+  readonly tree: MedusaTree
+  /** No tree rows (and no head logits) in a step when more sequences than this are running. */
+  readonly maxBatchSize: number
+  /** Most candidate tokens (tree nodes other than roots) per step, over all rows. */
+  readonly maxTokens: number
+  /** Longest sequence allowed (prompt + generated); trees never reach past it. */
+  readonly contextLimit: number
+  /** Medusa slot of a sequence's speculator (-1: none); called at admission, once its adapters are resident. */
+  readonly medusaSlotOf: (seq: Sequence) => number
+}
 
 /** What the next step should run, and the sequences that can never run. */
 export interface StepPlan {
@@ -32,6 +46,12 @@ export interface StepPlan {
  *    **preempted**: its blocks are freed and it goes back to the front of the waiting line to be
  *    recomputed from scratch later (prompt + tokens generated so far, in one prefill; its sampler
  *    state is kept, so the output is unchanged). A sequence preempts itself when it is the newest.
+ *    Medusa: when at most `speculation.maxBatchSize` sequences are running, a decoding sequence
+ *    with a draft gets a verification row instead (root + a prefix of the tree), cut to its
+ *    remaining token allowance and context, to the step's candidate budget (sequences that went
+ *    longest without a tree first) and to the blocks free — speculation never preempts anyone.
+ *    Every row of a sequence with a speculator then also asks for head logits at its sampled
+ *    position, so the next step has a draft; when speculation is off, none are asked for.
  * 2. running sequences still prefilling a long prompt get their next chunk, within the prefill-token
  *    budget and the free blocks;
  * 3. waiting sequences are admitted — preempted ones first, then the per-adapter queues
@@ -46,6 +66,8 @@ export class Scheduler {
   private readonly allocator: KvBlockAllocator
   private readonly limits: SchedulerLimits
   private readonly adapterSlotOf: AdapterSlotOf
+  private readonly speculation: SchedulerSpeculation | null
+  private plans = 0
   /** Admitted sequences, oldest admission first. */
   private readonly running: Sequence[] = []
   /** Preempted sequences awaiting recompute, oldest admission first. */
@@ -53,10 +75,16 @@ export class Scheduler {
   private readonly queues = new AdapterQueues<Sequence>()
   private admissions = 0
 
-  constructor(allocator: KvBlockAllocator, limits: SchedulerLimits, adapterSlotOf: AdapterSlotOf = () => -1) {
+  constructor(
+    allocator: KvBlockAllocator,
+    limits: SchedulerLimits,
+    adapterSlotOf: AdapterSlotOf = () => -1,
+    speculation: SchedulerSpeculation | null = null,
+  ) {
     this.allocator = allocator
     this.limits = limits
     this.adapterSlotOf = adapterSlotOf
+    this.speculation = speculation
   }
 
   get runningCount(): number {
@@ -113,10 +141,21 @@ export class Scheduler {
     const { allocator } = this
     let budget = this.limits.maxBatchPrefillTokens
 
+    this.plans++
+    const speculation = this.speculation
+    const speculate = speculation !== null && this.running.length <= speculation.maxBatchSize
+
     // 1. Decode rows. Iterate over a copy: preemption shrinks `running`.
+    const decoders: Sequence[] = []
     for (const seq of [...this.running]) {
       if (seq.state !== 'running' || !seq.decoding) continue
-      if (this.grow(seq, seq.cacheLen + 1)) rows.push(buildRow(seq, 1))
+      if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
+    }
+    const trees = speculate ? this.planTrees(decoders, speculation) : null
+    for (const seq of decoders) {
+      if (seq.state !== 'running') continue
+      const nodes = trees?.get(seq) ?? 0
+      rows.push(nodes > 1 ? buildTreeRow(seq, speculation!.tree, nodes) : buildRow(seq, 1, speculate))
     }
 
     // 2. Chunks of prompts already being prefilled.
@@ -127,7 +166,7 @@ export class Scheduler {
       const chunk = Math.min(seq.pending, budget, room)
       if (chunk <= 0) continue
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk))
+      rows.push(buildRow(seq, chunk, speculate))
       budget -= chunk
     }
 
@@ -146,14 +185,44 @@ export class Scheduler {
       take()
       seq.state = 'running'
       seq.loraSlot = slot
+      seq.medusaSlot = speculation?.medusaSlotOf(seq) ?? -1
       seq.admittedOrder = ++this.admissions
       this.running.push(seq)
       const chunk = Math.min(seq.pending, budget)
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk))
+      rows.push(buildRow(seq, chunk, speculate))
       budget -= chunk
     }
     return rows
+  }
+
+  /**
+   * Tree sizes (nodes, root included) for the decoding sequences that verify this step. Each tree
+   * is the largest prefix of the full tree that fits the sequence's heads, the tokens it may still
+   * generate and the context, the step's candidate budget and the free blocks.
+   */
+  private planTrees(decoders: readonly Sequence[], speculation: SchedulerSpeculation): Map<Sequence, number> {
+    const { tree, contextLimit } = speculation
+    const out = new Map<Sequence, number>()
+    let budget = speculation.maxTokens
+    const waiting = decoders.filter((seq) => seq.medusaSlot >= 0 && seq.draft !== null)
+    // Longest without a tree first; ties by admission (decoders are in admission order; sort is stable).
+    waiting.sort((a, b) => a.lastVerifyPlan - b.lastVerifyPlan)
+    const { blockSize } = this.allocator
+    for (const seq of waiting) {
+      if (budget <= 0) break
+      const left = Math.min(seq.request.maxNewTokens - seq.generated, contextLimit - seq.tokens.length)
+      // Accepting k candidates emits k + 1 tokens.
+      const depth = Math.min(seq.draft!.depth, left - 1)
+      let nodes = Math.min(tree.nodesWithin(depth), budget + 1, contextLimit - seq.cacheLen)
+      nodes = Math.min(nodes, (seq.blocks.length + this.allocator.free) * blockSize - seq.cacheLen)
+      if (nodes < 2) continue
+      this.reserve(seq, seq.cacheLen + nodes)
+      budget -= nodes - 1
+      seq.lastVerifyPlan = this.plans
+      out.set(seq, nodes)
+    }
+    return out
   }
 
   /**
@@ -198,6 +267,8 @@ export class Scheduler {
     if (at >= 0) this.running.splice(at, 1)
     this.freeBlocks(seq)
     seq.cacheLen = 0
+    seq.draft = null
+    seq.pendingCopy = null
     seq.state = 'queued'
     seq.preemptions++
     // Prompt logprobs gathered so far are recomputed with the prompt.

@@ -1,6 +1,7 @@
 import type { BackendRequest, GenerationEvent } from '../contracts/backend.ts'
 import type { TokenLogprob } from '../contracts/sampling.ts'
 import type { EventChannel } from './event-channel.ts'
+import type { Draft } from './medusa/draft.ts'
 import type { SamplingState } from './sampler/sampling-state.ts'
 
 export type SequenceState = 'queued' | 'running' | 'finished'
@@ -32,6 +33,17 @@ export class Sequence {
    * may still be loading, and its slot is known only once it is resident (it is then pinned).
    */
   loraSlot = -1
+  /** Medusa slot of its speculator (-1: none or not admitted yet); set at each admission like `loraSlot`. */
+  medusaSlot = -1
+  /** Candidates from the heads at the last sampled position, or null (no speculator, or stale). */
+  draft: Draft | null = null
+  /**
+   * Cache moves that compact the branch accepted last step (`from[i]` → `to[i]`), sent as a
+   * `KvCopy` with the sequence's next row; null when there is nothing to move.
+   */
+  pendingCopy: { from: number[]; to: number[] } | null = null
+  /** Plan number of the last step that verified a tree for it (tree budget goes to the longest waiting). */
+  lastVerifyPlan = 0
   generated = 0
   cacheLen = 0
   blocks: number[] = []

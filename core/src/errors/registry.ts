@@ -105,6 +105,18 @@ export const ERRORS = {
     'server_error',
     'All {slots} adapter slots are in use by running requests',
   ),
+  medusa_no_default: spec(
+    422,
+    'load_adapter',
+    'invalid_request_error',
+    'Medusa adapter `{id}` cannot be used per request: the server was started without a default Medusa adapter',
+  ),
+  medusa_heads_mismatch: spec(
+    422,
+    'load_adapter',
+    'invalid_request_error',
+    'Medusa adapter `{id}` has {heads} heads; per-request Medusa adapters must have the {expected} heads of the default Medusa adapter',
+  ),
 
   // Authorization
   auth_missing: spec(

@@ -3,7 +3,17 @@ import type { AdapterHandle, LocalAdapter } from '../../src/contracts/adapter.ts
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
 import { weightBytes } from '../../src/engine/host-weight-cache.ts'
 import { adapterSalt, fakeGreedy } from './fake-step-runner.ts'
-import { collect, fakeLora, finishOf, idsOf, localAdapter, makeRequest, sleep, startEngine } from './engine-fixtures.ts'
+import {
+  collect,
+  fakeLora,
+  finishOf,
+  idsOf,
+  localAdapter,
+  localMedusa,
+  makeRequest,
+  sleep,
+  startEngine,
+} from './engine-fixtures.ts'
 
 const V = 64
 const KEY_SALT = { saltByAdapterKey: true }
@@ -291,7 +301,7 @@ t.test('explicit unload forgets the adapter, its slot and its host copy', async 
 t.test('adapter + speculator with a single slot can never run: adapter_slots_full at once', async (t) => {
   const { engine } = await startEngine({ adapterSlots: 1 })
   const x = await engine.loadAdapter(localAdapter('x'))
-  const m = await engine.loadAdapter(localAdapter('m'))
+  const m = await engine.loadAdapter(localMedusa('m'))
   t.throws(() => engine.submit(makeRequest({ adapter: x, speculator: m })), { code: 'adapter_slots_full' })
   t.equal(engine.stats().queuedRequests, 0)
   await engine.close()

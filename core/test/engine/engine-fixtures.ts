@@ -2,7 +2,7 @@ import type { BackendRequest, GenerationEvent, GeneratedToken } from '../../src/
 import type { Logger } from '../../src/contracts/logger.ts'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import type { LocalAdapter } from '../../src/contracts/adapter.ts'
-import type { LoraWeights } from '../../src/contracts/step-runner.ts'
+import type { LoraWeights, MedusaWeights } from '../../src/contracts/step-runner.ts'
 import { BatchingEngine } from '../../src/engine/batching-engine.ts'
 import type { BatchingEngineLimits, BatchingEngineOptions } from '../../src/engine/engine-options.ts'
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
@@ -56,6 +56,18 @@ export function fakeLora(key: string, rank = 8): LoraWeights {
   }
 }
 
+/** Medusa heads for the fake runner (it never reads the numbers; see `medusaAccuracy`). */
+export function fakeMedusa(key: string, numHeads = 4): MedusaWeights {
+  const block = { weight: new Float32Array(16 * 16), bias: new Float32Array(16) }
+  return {
+    kind: 'medusa',
+    key,
+    numHeads,
+    numLayers: 1,
+    heads: Array.from({ length: numHeads }, () => ({ blocks: [block] })),
+  }
+}
+
 export function localAdapter(id: string, revision = 'r1'): LocalAdapter {
   return {
     resolved: { source: 'local', id, revision, files: [] },
@@ -64,8 +76,17 @@ export function localAdapter(id: string, revision = 'r1'): LocalAdapter {
   }
 }
 
-export const readFakeLora: ReadAdapter = async (adapter) =>
-  fakeLora(`${adapter.resolved.source}:${adapter.resolved.id}@${adapter.resolved.revision}`)
+/** A Medusa adapter whose head count is read from its id: `medusa-3` has 3 heads, others 4. */
+export function localMedusa(id: string, revision = 'r1'): LocalAdapter {
+  return { ...localAdapter(id, revision), kind: 'medusa' }
+}
+
+/** Reads LoRA adapters as `fakeLora` and Medusa adapters as `fakeMedusa`. */
+export const readFakeLora: ReadAdapter = async (adapter) => {
+  const key = `${adapter.resolved.source}:${adapter.resolved.id}@${adapter.resolved.revision}`
+  if (adapter.kind === 'medusa') return fakeMedusa(key, Number(/-(\d+)$/.exec(adapter.resolved.id)?.[1] ?? 4))
+  return fakeLora(key)
+}
 
 export interface EngineSetup {
   readonly engine: BatchingEngine
@@ -76,7 +97,7 @@ export async function startEngine(
   runnerOptions: FakeStepRunnerOptions = {},
   limits: Partial<BatchingEngineLimits> = {},
   readAdapter: ReadAdapter = readFakeLora,
-  adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes'> = {},
+  adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes' | 'speculation'> = {},
 ): Promise<EngineSetup> {
   const runner = new FakeStepRunner(runnerOptions)
   const engine = new BatchingEngine({

@@ -30,6 +30,13 @@ export interface FakeStepRunnerOptions {
    * (for eviction tests, where an adapter comes back in another slot).
    */
   saltByAdapterKey?: boolean
+  /**
+   * Fake Medusa heads: head `h` of a loaded Medusa slot proposes, with probability
+   * `medusaAccuracy[h]` (decided by a hash of the history, so runs are deterministic), the token
+   * greedy decoding would produce `h + 2` positions ahead under the row's adapter — as its top-1,
+   * with random runners-up; otherwise random logits. Default: all heads random.
+   */
+  medusaAccuracy?: readonly number[]
   /** Called before each step with its index; throw to make the step fail. */
   beforeStep?: (batch: StepBatch, index: number) => void
 }
@@ -37,10 +44,20 @@ export interface FakeStepRunnerOptions {
 export interface RecordedRow {
   readonly seqId: number
   readonly tokens: number[]
+  readonly positions: number[]
   readonly cacheLen: number
   readonly loraSlot: number
   readonly logitIndices: number[]
   readonly blockTable: number[]
+  readonly treeMask: number[] | null
+  readonly medusaSlot: number
+  readonly medusaIndices: number[]
+}
+
+export interface RecordedCopy {
+  readonly blockTable: number[]
+  readonly from: number[]
+  readonly to: number[]
 }
 
 /** FNV-1a style running hash over token ids. */
@@ -112,6 +129,8 @@ export function fakeGreedy(
 export class FakeStepRunner implements StepRunner {
   readonly spec: ModelSpec
   readonly batches: RecordedRow[][] = []
+  /** The `kvCopies` of every step, by step index. */
+  readonly copies: RecordedCopy[][] = []
   readonly violations: string[] = []
   readonly loadedWeights: (LoraWeights | MedusaWeights | null)[]
   readonly unloadedSlots: number[] = []
@@ -184,12 +203,17 @@ export class FakeStepRunner implements StepRunner {
         batch.rows.map((row) => ({
           seqId: row.seqId,
           tokens: [...row.tokens],
+          positions: [...row.positions],
           cacheLen: row.cacheLen,
           loraSlot: row.loraSlot,
           logitIndices: [...row.logitIndices],
           blockTable: [...row.blockTable],
+          treeMask: row.treeMask === undefined ? null : [...row.treeMask],
+          medusaSlot: row.medusaSlot,
+          medusaIndices: [...row.medusaIndices],
         })),
       )
+      this.copies.push(batch.kvCopies.map((c) => ({ blockTable: [...c.blockTable], from: [...c.from], to: [...c.to] })))
       this.options.beforeStep?.(batch, index)
       if (this.options.stepDelayMs !== undefined && this.options.stepDelayMs > 0) {
         await new Promise((resolve) => setTimeout(resolve, this.options.stepDelayMs))
@@ -208,14 +232,35 @@ export class FakeStepRunner implements StepRunner {
 
   private forward(batch: StepBatch): StepOutput {
     const { vocabSize: V, kvBlockSize: bs } = this.spec
+    const step = this.batches.length - 1
+    for (const copy of batch.kvCopies) {
+      // Sequential, like the native runtime: a later move may read an entry an earlier one wrote.
+      for (let i = 0; i < copy.from.length; i++) {
+        const at = (c: number): number => {
+          const block = copy.blockTable[Math.floor(c / bs)]
+          if (block === undefined) this.violations.push(`step ${step}: kvCopies entry ${c} outside its block table`)
+          return (block ?? 0) * bs + (c % bs)
+        }
+        const from = at(copy.from[i]!)
+        const to = at(copy.to[i]!)
+        this.kvTokens[to] = this.kvTokens[from]!
+        this.kvOwner[to] = this.kvOwner[from]!
+      }
+    }
     let logitRows = 0
-    for (const row of batch.rows) logitRows += row.logitIndices.length
+    let headRows = 0
+    for (const row of batch.rows) {
+      logitRows += row.logitIndices.length
+      if (row.medusaSlot >= 0) headRows += row.medusaIndices.length * this.headsOf(row.medusaSlot)
+    }
     const logits = new Float32Array(logitRows * V)
+    const medusaLogits = new Float32Array(headRows * V)
     const blocksInBatch = new Map<number, number>()
     let out = 0
+    let headOut = 0
     for (const row of batch.rows) {
       const n = row.tokens.length
-      const where = `step ${this.batches.length - 1} seq ${row.seqId}`
+      const where = `step ${step} seq ${row.seqId}`
       if (row.blockTable.length < Math.ceil((row.cacheLen + n) / bs))
         this.violations.push(`${where}: short block table`)
       for (const block of row.blockTable) {
@@ -224,8 +269,8 @@ export class FakeStepRunner implements StepRunner {
         blocksInBatch.set(block, row.seqId)
       }
       const weights = row.loraSlot >= 0 ? this.loadedWeights[row.loraSlot] : null
-      if (row.loraSlot >= 0 && weights === null) {
-        this.violations.push(`${where}: lora slot ${row.loraSlot} not loaded`)
+      if (row.loraSlot >= 0 && (weights === null || weights?.kind !== 'lora')) {
+        this.violations.push(`${where}: lora slot ${row.loraSlot} holds no LoRA`)
       }
       if (weights !== null && weights !== undefined) {
         const first = this.seqWeights.get(row.seqId)
@@ -234,28 +279,76 @@ export class FakeStepRunner implements StepRunner {
       }
       const salt = weights && this.options.saltByAdapterKey ? adapterSalt(weights.key) : row.loraSlot
       const slotOf = (c: number): number => row.blockTable[Math.floor(c / bs)]! * bs + (c % bs)
-      let h = HASH_SEED
+      let h0 = HASH_SEED
       for (let c = 0; c < row.cacheLen; c++) {
         const slot = slotOf(c)
         if (this.kvOwner[slot] !== row.seqId) this.violations.push(`${where}: cache entry ${c} not written by it`)
-        h = hashStep(h, this.kvTokens[slot]!)
+        h0 = hashStep(h0, this.kvTokens[slot]!)
       }
-      let next = 0
+      const mask = row.treeMask
+      if (mask !== undefined && mask.length !== n * n) this.violations.push(`${where}: treeMask is not ${n}×${n}`)
+      const hashes = new Uint32Array(n)
       for (let i = 0; i < n; i++) {
-        if (row.positions[i] !== row.cacheLen + i)
-          this.violations.push(`${where}: position ${i} is ${row.positions[i]}`)
+        // The history token i sees: the cache, then the new tokens it attends to, in order.
+        let h = h0
+        let before = 0
+        for (let j = 0; j <= i; j++) {
+          const visible = mask === undefined ? true : mask[i * n + j] === 1
+          if (!visible) continue
+          if (j < i) before++
+          h = hashStep(h, row.tokens[j]!)
+        }
+        if (mask !== undefined && mask[i * n + i] !== 1)
+          this.violations.push(`${where}: token ${i} does not see itself`)
+        if (row.positions[i] !== row.cacheLen + before)
+          this.violations.push(`${where}: position ${i} is ${row.positions[i]}, expected ${row.cacheLen + before}`)
+        hashes[i] = h
         const slot = slotOf(row.cacheLen + i)
         this.kvTokens[slot] = row.tokens[i]!
         this.kvOwner[slot] = row.seqId
-        h = hashStep(h, row.tokens[i]!)
-        if (next < row.logitIndices.length && row.logitIndices[next] === i) {
-          fakeLogitsFromHash(h, salt, V, logits, out * V)
-          out++
-          next++
-        }
       }
-      if (next !== row.logitIndices.length) this.violations.push(`${where}: bad logitIndices`)
+      let prev = -1
+      for (const i of row.logitIndices) {
+        if (i <= prev || i >= n) this.violations.push(`${where}: bad logitIndices`)
+        prev = i
+        fakeLogitsFromHash(hashes[i]!, salt, V, logits, out * V)
+        out++
+      }
+      if (row.medusaSlot >= 0) {
+        const heads = this.headsOf(row.medusaSlot)
+        if (heads === 0) this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
+        for (const i of row.medusaIndices) {
+          if (i < 0 || i >= n) this.violations.push(`${where}: bad medusaIndices`)
+          for (let head = 0; head < heads; head++) {
+            this.headLogits(hashes[i] ?? 0, salt, head, medusaLogits, headOut * V)
+            headOut++
+          }
+        }
+      } else if (row.medusaIndices.length > 0) this.violations.push(`${where}: medusaIndices without a slot`)
     }
-    return { logits, medusaLogits: new Float32Array(0) }
+    return { logits, medusaLogits }
+  }
+
+  private headsOf(slot: number): number {
+    const weights = this.loadedWeights[slot]
+    return weights?.kind === 'medusa' ? weights.numHeads : 0
+  }
+
+  /** Fake head `head` logits after history hash `h` (see `medusaAccuracy`). */
+  private headLogits(h: number, salt: number, head: number, out: Float32Array, offset: number): void {
+    const V = this.spec.vocabSize
+    fakeLogitsFromHash(mix32(h ^ Math.imul(head + 7, 0x27d4eb2f)), salt, V, out, offset)
+    const accuracy = this.options.medusaAccuracy?.[head] ?? 0
+    if (accuracy <= 0 || mix32(h ^ Math.imul(head + 1, 0x165667b1)) / 4294967296 >= accuracy) return
+    // Walk greedy decoding head + 2 tokens ahead of this history.
+    const scratch = new Float32Array(V)
+    let token = 0
+    for (let k = 0; k < head + 2; k++) {
+      fakeLogitsFromHash(h, salt, V, scratch)
+      token = 0
+      for (let v = 1; v < V; v++) if (scratch[v]! > scratch[token]!) token = v
+      h = hashStep(h, token)
+    }
+    out[offset + token] = 100
   }
 }

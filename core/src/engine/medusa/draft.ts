@@ -1,0 +1,62 @@
+import type { MedusaTree } from './medusa-tree.ts'
+
+/**
+ * Candidate tokens for the next verification step: `tokens[node]` for every tree node (node 0,
+ * the root, is filled in when the row is built: it is the token sampled last). Only nodes within
+ * `depth` carry candidates (a speculator may have fewer heads than the tree is deep).
+ */
+export interface Draft {
+  readonly tokens: Int32Array
+  /** Deepest usable level: `min(heads, tree depth)`. */
+  readonly depth: number
+}
+
+/**
+ * Build a draft from one position's Medusa head logits (`[heads, vocab]` starting at `offset`):
+ * head `d`'s top-k tokens (largest logit first, ties to the lower id) fill the nodes at depth `d + 1`
+ * by their rank.
+ */
+export function draftFromHeads(
+  tree: MedusaTree,
+  heads: number,
+  logits: Float32Array,
+  offset: number,
+  vocabSize: number,
+): Draft {
+  const depth = Math.min(heads, tree.maxDepth)
+  const top: Int32Array[] = []
+  for (let d = 0; d < depth; d++) {
+    top.push(topK(logits, offset + d * vocabSize, vocabSize, tree.topKPerHead[d]!))
+  }
+  const tokens = new Int32Array(tree.size)
+  for (let node = 1; node < tree.size; node++) {
+    const d = tree.depth[node]!
+    if (d > depth) break
+    // Only a vocabulary smaller than k or NaN logits leave a rank empty: propose token 0 there.
+    tokens[node] = Math.max(0, top[d - 1]![tree.rank[node]!]!)
+  }
+  return { tokens, depth }
+}
+
+/** The `k` largest entries of `logits[offset, offset + n)` by id, best first (ties: lower id). */
+export function topK(logits: Float32Array, offset: number, n: number, k: number): Int32Array {
+  k = Math.min(k, n)
+  const ids = new Int32Array(k).fill(-1)
+  const vals = new Float64Array(k).fill(-Infinity)
+  let filled = 0
+  for (let v = 0; v < n; v++) {
+    const x = logits[offset + v]!
+    // NaN never enters; an equal value keeps the earlier (lower) id ahead.
+    if (filled === k && !(x > vals[k - 1]!)) continue
+    if (Number.isNaN(x)) continue
+    let i = filled < k ? filled++ : k - 1
+    while (i > 0 && x > vals[i - 1]!) {
+      vals[i] = vals[i - 1]!
+      ids[i] = ids[i - 1]!
+      i--
+    }
+    vals[i] = x
+    ids[i] = v
+  }
+  return ids
+}
