@@ -1,4 +1,5 @@
-// The cpu device: AVX2 + FMA + F16C kernels run across a persistent thread pool.
+// The cpu device: AVX-512 kernels (AVX2 + FMA + F16C where the build machine lacks AVX-512) run
+// across a persistent thread pool.
 // Implementation is split by op family: matmul-cpu.cc, lora-cpu.cc, ops-cpu.cc.
 #pragma once
 
@@ -41,18 +42,21 @@ class CpuDevice final : public Device {
   std::vector<int64_t> items_;
 };
 
-// Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens. With
-// AVX-512VL the compiler has 32 ymm registers, so 3 × 8 accumulators fit and a batch of 8 decode
-// rows reads each weight element from memory exactly once; plain AVX2 has 16 and takes 3 × 4.
+// Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens, all
+// accumulators in registers. AVX-512 has 32 zmm registers: 3 × 8 accumulators + 3 weight
+// vectors + 1 activation vector = 28, so a batch of 8 decode rows reads each weight element
+// from memory exactly once and issues 24 FMAs per 11 loads. Plain AVX2 has 16 ymm registers
+// and takes 3 × 4.
 constexpr int kRows = 3;
-#if defined(__AVX512VL__)
+#if defined(__AVX512F__) || defined(__AVX512VL__)
 constexpr int kMaxTokens = 8;
 #else
 constexpr int kMaxTokens = 4;
 #endif
 
-// Shared by matmul-cpu.cc and lora-cpu.cc: dot products of kRows f32 weight rows w[kRows] against
-// tn <= kMaxTokens activation rows x[tn]: out[t][i] = Σ_k w_i[k] * x_t[k], k < K.
+// Shared by matmul-cpu.cc and lora-cpu.cc.
+// Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} w[i][k] * x[t][k]
+// w: kRows f32 row pointers (repeat a pointer for fewer rows), x: tn <= kMaxTokens f32 rows.
 void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, float out[kMaxTokens][kRows]);
 
 }  // namespace loom

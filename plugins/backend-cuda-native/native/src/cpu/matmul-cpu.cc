@@ -1,21 +1,166 @@
 // Weights-stationary batched matmul for the cpu device.
 //
-// Decode is bound by weight bandwidth, so every weight row must be read from DRAM once per step
-// no matter how many tokens are batched: each thread owns a contiguous range of output features,
-// widens kRows weight rows at a time to f32 into an L1-resident tile (bf16: 16-bit shift, f16: F16C),
-// and dots that tile against every token of the step. Large prefills tile the tokens as well so
-// the activations stay in L2 while the weights stream through.
+// Decode is bound by weight bandwidth at small batches and by FMA throughput at large ones, so
+// the kernel must do both well:
+//   - every weight row is read from DRAM once per step no matter how many tokens are batched:
+//     the threads split the output features (row blocks of all jobs) into contiguous chunks,
+//     and each block of kRows rows is dotted against every token of the step while it sits in
+//     L1;
+//   - the dot products run in a register tile of kRows rows × up to kMaxTokens tokens (3 × 8
+//     zmm accumulators with AVX-512), so a k-step issues 24 FMAs for 11 loads and the loop is
+//     FMA-bound once the tiles are cache-resident;
+//   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
+//     vcvtph2ps) when the step has at most kMaxTokens tokens, i.e. one pass over the block; with
+//     more tokens the block is widened once into an L1 tile and every further pass reads f32.
+// Accumulation is exact f32 FMA (no bf16 dot products), so results match the f64 reference
+// within f32 rounding. Large prefills tile the tokens as well so the activations stay in L2
+// while the weights stream through.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "cpu/cpu-device.h"
+#include "cpu/simd-config.h"
 
 namespace loom {
 namespace {
 
 constexpr int64_t kTokenTile = 64;  // tokens per pass over the weights (X tile ~ 64*K*4 bytes in L2)
+// Software prefetch distance in row blocks (~7 KB of f32 rows at K = 576). The hardware
+// prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
+// probe's bandwidth. Into L1 (T0): the distance is short enough not to evict the x tile.
+constexpr int64_t kPrefetchBlocks = 2;
+
+#if LOOM_AVX512
+
+// 16 weights of one row starting at element k, widened to f32. `load` reads all 16; `load_tail`
+// reads only the lanes in `m` (the K % 16 tail) and zeroes the rest. The main loop must use
+// plain loads: masked loads streaming from DRAM measured ~2x slower here (they seem not to
+// train the hardware prefetcher).
+struct LoadF32 {
+  static __m512 load(const void* w, int64_t k) { return _mm512_loadu_ps(static_cast<const float*>(w) + k); }
+  static __m512 load_tail(const void* w, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + k);
+  }
+};
+struct LoadBF16 {  // bf16 is the high half of an f32: zero-extend to 32 bits, shift left 16
+  static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static __m512 load(const void* w, int64_t k) {
+    return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k)));
+  }
+  static __m512 load_tail(const void* w, int64_t k, __mmask16 m) {
+    return widen(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + k));
+  }
+};
+struct LoadF16 {
+  static __m512 load(const void* w, int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k)));
+  }
+  static __m512 load_tail(const void* w, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + k));
+  }
+};
+
+// Horizontal sums of 4 vectors: returns [Σa, Σb, Σc, Σd] in 13 shuffles/adds (pairs are
+// folded within 128-bit lanes first, then the four lanes).
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));  // per lane: a b c d
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+}
+
+// The micro-kernel. Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} W_i[k] * x_t[k]
+// w: kRows row pointers in Ld's dtype, x: TN f32 rows. Accumulators: TN × kRows zmm.
+template <typename Ld, int TN>
+inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out) {
+  // Every loop over t or i is fully unrolled so the accumulators and pointers live in registers:
+  // an array indexed by a loop the compiler keeps rolled is spilled to the stack every k-step.
+  const void* const w0p = w[0];
+  const void* const w1p = w[1];
+  const void* const w2p = w[2];
+  const float* xp[TN];
+  __m512 acc[TN][kRows];
+#pragma GCC unroll 8
+  for (int t = 0; t < TN; t++) {
+    xp[t] = x[t];
+    acc[t][0] = acc[t][1] = acc[t][2] = _mm512_setzero_ps();
+  }
+  // One k-step: 3 weight vectors, TN activation vectors, 3·TN FMAs. The weights and x are
+  // forced into registers: GCC would otherwise fold the loads into the FMAs (TN loads per
+  // weight, 3 per token) and the kernel would be load-port bound.
+  auto fma_step = [&acc, &xp](__m512 w0, __m512 w1, __m512 w2, int64_t k, __mmask16 m, bool tail)
+                      __attribute__((always_inline)) {
+    __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2));
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+      __m512 xv = tail ? _mm512_maskz_loadu_ps(m, xp[t] + k) : _mm512_loadu_ps(xp[t] + k);
+      __asm__("" : "+v"(xv));
+      acc[t][0] = _mm512_fmadd_ps(w0, xv, acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(w1, xv, acc[t][1]);
+      acc[t][2] = _mm512_fmadd_ps(w2, xv, acc[t][2]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k, 0xffff, false);
+  if (k < K) {
+    const __mmask16 m = __mmask16((1u << (K - k)) - 1);
+    fma_step(Ld::load_tail(w0p, k, m), Ld::load_tail(w1p, k, m), Ld::load_tail(w2p, k, m), k, m, true);
+  }
+  // Reduce the TN*kRows accumulators 4 at a time, in the flattened [t][i] order of `out`.
+  constexpr int n = TN * kRows;
+  int j = 0;
+#pragma GCC unroll 8
+  for (; j + 4 <= n; j += 4)
+    _mm_storeu_ps(out + j, hsum4(acc[j / kRows][j % kRows], acc[(j + 1) / kRows][(j + 1) % kRows],
+                                 acc[(j + 2) / kRows][(j + 2) % kRows], acc[(j + 3) / kRows][(j + 3) % kRows]));
+#pragma GCC unroll 4
+  for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
+}
+
+template <typename Ld>
+void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+  switch (tn) {
+    case 8: dot_block<Ld, 8>(w, x, K, out); break;
+    case 7: dot_block<Ld, 7>(w, x, K, out); break;
+    case 6: dot_block<Ld, 6>(w, x, K, out); break;
+    case 5: dot_block<Ld, 5>(w, x, K, out); break;
+    case 4: dot_block<Ld, 4>(w, x, K, out); break;
+    case 3: dot_block<Ld, 3>(w, x, K, out); break;
+    case 2: dot_block<Ld, 2>(w, x, K, out); break;
+    default: dot_block<Ld, 1>(w, x, K, out); break;
+  }
+}
+
+// Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
+inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+  if (dt == DType::F32)
+    dot_tn<LoadF32>(w, x, tn, K, out);
+  else if (dt == DType::BF16)
+    dot_tn<LoadBF16>(w, x, tn, K, out);
+  else
+    dot_tn<LoadF16>(w, x, tn, K, out);
+}
+
+// Widen one 16-bit weight row to f32 (for the multi-pass case).
+inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
+  int64_t k = 0;
+  for (; k < n; k += 16) {
+    if (n - k >= 16) {
+      _mm512_storeu_ps(dst + k, dt == DType::BF16 ? LoadBF16::load(src, k) : LoadF16::load(src, k));
+    } else {
+      const __mmask16 m = __mmask16((1u << (n - k)) - 1);
+      _mm512_mask_storeu_ps(dst + k, m, dt == DType::BF16 ? LoadBF16::load_tail(src, k, m) : LoadF16::load_tail(src, k, m));
+    }
+  }
+}
+
+constexpr bool kConvertInRegisters = true;
+
+#else  // AVX2 + FMA + F16C
 
 // Sum each of 4 accumulators: returns [Σa, Σb, Σc, Σd].
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
@@ -23,11 +168,10 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-// kRows weight rows × TN tokens: 3·TN accumulators + 3 weight registers + 1 activation register
-// (16 ymm registers at TN = 4 on AVX2, 28 at TN = 8 with AVX-512VL); each k-step issues 3 + TN
-// loads for 3·TN FMAs, so the kernel is FMA-bound once the tiles are cache-resident.
+// The AVX2 micro-kernel: kRows f32 rows × TN tokens, 3·TN + 4 ymm registers (16 at TN = 4).
+// Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} w_i[k] * x_t[k]
 template <int TN>
-inline void dot_rows_t(const float* const* w, const float* const* x, int64_t K, float out[kMaxTokens][kRows]) {
+inline void dot_block(const float* const* w, const float* const* x, int64_t K, float* out) {
   __m256 acc[TN][kRows];
   for (int t = 0; t < TN; t++)
     for (int i = 0; i < kRows; i++) acc[t][i] = _mm256_setzero_ps();
@@ -36,79 +180,76 @@ inline void dot_rows_t(const float* const* w, const float* const* x, int64_t K, 
     const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k), w2 = _mm256_loadu_ps(w[2] + k);
     for (int t = 0; t < TN; t++) {
       __m256 xv = _mm256_loadu_ps(x[t] + k);
-      // Keep x in a register: without this GCC folds the load into all three FMAs, tripling the
-      // loads per k-step and making the kernel load-port bound.
-      __asm__("" : "+v"(xv));
+      __asm__("" : "+v"(xv));  // see the AVX-512 kernel: keep x in a register
       acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
       acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);
       acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);
     }
   }
   for (int t = 0; t < TN; t++) {
-    const __m128 s = hsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][2]);
     float tmp[4];
-    _mm_storeu_ps(tmp, s);
+    _mm_storeu_ps(tmp, hsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][2]));
     for (int i = 0; i < kRows; i++) {
-      out[t][i] = tmp[i];
-      for (int64_t kk = k; kk < K; kk++) out[t][i] += w[i][kk] * x[t][kk];  // K % 8 tail
+      out[t * kRows + i] = tmp[i];
+      for (int64_t kk = k; kk < K; kk++) out[t * kRows + i] += w[i][kk] * x[t][kk];  // K % 8 tail
     }
   }
 }
 
-// Widen n elements of a weight row to f32. bf16 is the high half of an f32, so widening is a
-// zero-extend and a 16-bit shift; f16 uses the F16C conversion instruction.
+// AVX2 only dots f32 rows; 16-bit weights are always widened into a tile first.
+inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+  const float* const* wf = reinterpret_cast<const float* const*>(w);
+  switch (tn) {
+    case 4: dot_block<4>(wf, x, K, out); break;
+    case 3: dot_block<3>(wf, x, K, out); break;
+    case 2: dot_block<2>(wf, x, K, out); break;
+    default: dot_block<1>(wf, x, K, out); break;
+  }
+}
 
+// Widen n elements of a weight row to f32: bf16 by zero-extend + 16-bit shift, f16 with F16C.
 inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
+  const uint16_t* s = static_cast<const uint16_t*>(src);
   int64_t k = 0;
   if (dt == DType::BF16) {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
     for (; k + 8 <= n; k += 8) {
       __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k));
-      __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-      _mm256_storeu_ps(dst + k, _mm256_castsi256_ps(wide));
+      _mm256_storeu_ps(dst + k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
     }
     for (; k < n; k++) dst[k] = bf16_to_f32(s[k]);
   } else {
-    const uint16_t* s = static_cast<const uint16_t*>(src);
     for (; k + 8 <= n; k += 8)
       _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k))));
     for (; k < n; k++) dst[k] = f16_to_f32(s[k]);
   }
 }
 
+constexpr bool kConvertInRegisters = false;
+
+#endif
+
 }  // namespace
 
 void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, float out[kMaxTokens][kRows]) {
-  switch (tn) {
-#if defined(__AVX512VL__)
-    case 8: dot_rows_t<8>(w, x, K, out); break;
-    case 7: dot_rows_t<7>(w, x, K, out); break;
-    case 6: dot_rows_t<6>(w, x, K, out); break;
-    case 5: dot_rows_t<5>(w, x, K, out); break;
-#endif
-    case 4: dot_rows_t<4>(w, x, K, out); break;
-    case 3: dot_rows_t<3>(w, x, K, out); break;
-    case 2: dot_rows_t<2>(w, x, K, out); break;
-    default: dot_rows_t<1>(w, x, K, out); break;
-  }
+  dot_weights(DType::F32, reinterpret_cast<const void* const*>(w), x, tn, K, &out[0][0]);
 }
 
-// Threads split the weight-row blocks of all jobs into contiguous ranges (so each thread streams
-// its rows sequentially and the hardware prefetcher sees long runs); every thread then walks the
-// token tiles. Rows past a job's end are clamped to its last row and their results dropped, so
-// the kernel never branches on N.
+// Work list: blocks of up to kRows output rows of all jobs, in job order, so a chunk of the
+// thread pool is a contiguous run of weight rows (long sequential streams for the hardware
+// prefetcher). Rows past a job's end are clamped to its last row and their results dropped, so
+// the micro-kernel never branches on N.
 void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0 || njobs <= 0) return;
-  // Work list: blocks of up to kRows output rows, encoded as job * 2^40 + first row.
+  // Blocks encoded as job * 2^40 + first row.
   blocks_.clear();
   for (int j = 0; j < njobs; j++)
     for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
   const int64_t nblocks = int64_t(blocks_.size());
   const int64_t* blocks = blocks_.data();
 
-  pool_.run([&](int tid, int nth) {
+  pool_.run([&](int chunk, int nchunks) {
     int64_t b0, b1;
-    split_range(nblocks, nth, tid, 1, &b0, &b1);
+    split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
     if (b0 >= b1) return;
     static thread_local std::vector<float> tile;  // widened weight rows [kRows, K]
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
@@ -118,27 +259,39 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
         const int64_t n0 = blocks[b] & ((int64_t(1) << 40) - 1);
         const int64_t K = job.w.cols;
         const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
-        const float* w[kRows];
-        if (job.w.dtype == DType::F32) {
-          for (int i = 0; i < kRows; i++)
-            w[i] = static_cast<const float*>(job.w.data) + (n0 + std::min(i, nrows - 1)) * K;
+        const void* w[kRows];
+        DType dt = job.w.dtype;
+        if (t0 == 0 && b + kPrefetchBlocks < b1) {  // weights of a later block of this chunk
+          const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
+          const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
+          const int64_t row_bytes = pj.w.cols * dtype_size(pj.w.dtype);
+          const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
+          const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
+          for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+        }
+        if (dt == DType::F32 || (kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
+          // One pass (or f32): read the weights where they are.
+          const char* base = static_cast<const char*>(job.w.data);
+          for (int i = 0; i < kRows; i++) w[i] = base + (n0 + std::min(i, nrows - 1)) * K * dtype_size(dt);
         } else {
+          // Several passes over 16-bit weights: widen once into the L1 tile.
           if (int64_t(tile.size()) < kRows * K) tile.resize(size_t(kRows * K));
           const char* base = static_cast<const char*>(job.w.data);
-          for (int i = 0; i < nrows; i++) widen_row(base + (n0 + i) * K * 2, job.w.dtype, K, tile.data() + i * K);
+          for (int i = 0; i < nrows; i++) widen_row(base + (n0 + i) * K * 2, dt, K, tile.data() + i * K);
           for (int i = 0; i < kRows; i++) w[i] = tile.data() + std::min(i, nrows - 1) * K;
+          dt = DType::F32;
         }
         // Dot the rows against the token tile, kMaxTokens tokens at a time.
         for (int64_t t = t0; t < t1; t += kMaxTokens) {
           const int tn = int(std::min<int64_t>(kMaxTokens, t1 - t));
           const float* xs[kMaxTokens];
           for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, t1 - 1) * ldx;
-          float out[kMaxTokens][kRows];
-          dot_rows(w, xs, tn, K, out);
+          float out[kMaxTokens * kRows];  // [tn, kRows]
+          dot_weights(dt, w, xs, tn, K, out);
           for (int r = 0; r < tn; r++) {
             float* y = job.y + (t + r) * job.ldy + n0;
             for (int i = 0; i < nrows; i++) {
-              float v = out[r][i] + (job.bias ? job.bias[n0 + i] : 0.0f);
+              const float v = out[r * kRows + i] + (job.bias ? job.bias[n0 + i] : 0.0f);
               y[i] = accumulate ? y[i] + v : v;
             }
           }
