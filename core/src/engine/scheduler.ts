@@ -143,7 +143,9 @@ export class Scheduler {
 
     this.plans++
     const speculation = this.speculation
-    const speculate = speculation !== null && this.running.length <= speculation.maxBatchSize
+    // Judge by the batch this step will have once waiting sequences are admitted.
+    const batchSize = Math.min(this.limits.maxBatchSize, this.running.length + this.queuedCount)
+    const speculate = speculation !== null && batchSize <= speculation.maxBatchSize
 
     // 1. Decode rows. Iterate over a copy: preemption shrinks `running`.
     const decoders: Sequence[] = []

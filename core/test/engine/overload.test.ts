@@ -42,7 +42,7 @@ t.test('submit before start is backend_not_ready; bad prompts are refused', asyn
   t.equal(caps.name, 'fake')
   t.equal(caps.maxContextLength, 16)
   t.equal(caps.vocabSize, 64)
-  t.equal(caps.medusa, false)
+  t.equal(caps.medusa, true, 'Medusa heads load into adapter slots')
   t.equal(caps.structuredOutput, true)
   t.equal(caps.maxLoraRank, 64)
   t.same(caps.loraTargetModules, ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'])
