@@ -7,6 +7,8 @@ import type { Logger } from '../contracts/logger.ts'
 import { LoomError } from '../errors/index.ts'
 import type { AdapterCache } from './adapter-cache.ts'
 import type { AuthGate } from './auth-gate.ts'
+import { AdapterMerger, type MergeInput } from './merge/adapter-merger.ts'
+import type { MergedAdaptersRequest } from './merge/merge-params.ts'
 
 export interface AdapterManagerDeps {
   readonly sources: ReadonlyMap<string, AdapterSource>
@@ -43,9 +45,15 @@ export class AdapterManager {
   readonly #deps: AdapterManagerDeps
   readonly #loading = new Map<string, Promise<AcquiredAdapter>>()
   readonly #resolved = new Map<string, { at: number; value: ResolvedAdapter }>()
+  readonly #merger: AdapterMerger
 
   constructor(deps: AdapterManagerDeps) {
     this.#deps = deps
+    this.#merger = new AdapterMerger({
+      backend: deps.backend,
+      pathFor: (resolved) => deps.cache.pathFor(resolved),
+      logger: deps.logger,
+    })
   }
 
   /** Source codes this server answers to, for errors and `/info`. */
@@ -103,6 +111,27 @@ export class AdapterManager {
       this.#loading.set(key, loading)
     }
     return loading
+  }
+
+  /**
+   * Resolve and fetch every input of a `merged_adapters` request, then merge them (once per
+   * distinct inputs and parameters; see merge/README.md) and load the result. Does not authorize:
+   * the caller authorizes every input (see `authorize`).
+   */
+  async acquireMerged(
+    request: MergedAdaptersRequest,
+    token: string | undefined,
+    signal: AbortSignal,
+  ): Promise<AcquiredAdapter> {
+    const inputs = await Promise.all(
+      request.inputs.map(async (ref): Promise<MergeInput> => {
+        const source = this.#source(ref)
+        const ctx = { token, signal, logger: this.#deps.logger }
+        const resolved = await this.#resolve(source, ref, ctx)
+        return { resolved, dir: await this.#deps.cache.ensure(resolved, source, ctx) }
+      }),
+    )
+    return this.#merger.acquire(inputs, request)
   }
 
   #source(ref: AdapterRef): AdapterSource {

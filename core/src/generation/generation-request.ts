@@ -1,3 +1,4 @@
+import type { MergedAdaptersRequest } from '../adapters/merge/merge-params.ts'
 import type { ResponseFormat } from '../contracts/grammar.ts'
 import type { ChatMessage } from '../contracts/template-engine.ts'
 
@@ -18,6 +19,8 @@ export interface GenerationRequest {
   readonly includeStopSequence: boolean
   /** Base model (null) or one adapter as the request named it. */
   readonly adapter: { readonly source: string; readonly id: string } | null
+  /** Adapters to merge into one for this request (`merged_adapters`); exclusive with `adapter`. */
+  readonly mergedAdapters?: MergedAdaptersRequest | null
   /** The caller's adapter token (`api_token` or `Authorization: Bearer`). Never logged. */
   readonly apiToken: string | undefined
   readonly sampling: {

@@ -85,8 +85,18 @@ export class GenerationService {
     const { backend, adapters, limits, templates } = this.#deps
     // Authorization starts first and runs while the prompt is templated and tokenized.
     const ref = request.adapter
-    const authorized = ref ? adapters.authorize(ref, request.apiToken) : Promise.resolve()
-    const loaded = ref ? authorized.then(() => adapters.acquire(ref, request.apiToken, signal)) : Promise.resolve(null)
+    const merge = request.mergedAdapters ?? null
+    // A merged adapter is authorized input by input, on every request (its cache key holds no token).
+    const authorized = merge
+      ? Promise.all(merge.inputs.map((input) => adapters.authorize(input, request.apiToken))).then(() => undefined)
+      : ref
+        ? adapters.authorize(ref, request.apiToken)
+        : Promise.resolve()
+    const loaded = merge
+      ? authorized.then(() => adapters.acquireMerged(merge, request.apiToken, signal))
+      : ref
+        ? authorized.then(() => adapters.acquire(ref, request.apiToken, signal))
+        : Promise.resolve(null)
     // Awaited below; mark handled so an early validation error leaves no unobserved rejection.
     loaded.catch(() => undefined)
 

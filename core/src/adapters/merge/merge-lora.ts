@@ -36,6 +36,11 @@ export interface MergeLoraOptions {
   readonly shape: (module: LoraModule) => readonly [number, number]
 }
 
+/** The uniform stream of DARE's drop mask for one input's update of one module. */
+export function dareUniform(seed: number, input: number, layer: number, module: LoraModule): () => number {
+  return seededUniform(seed, 'dare', input, layer, module)
+}
+
 /** `s · B · A` as a dense row-major `[rows, cols]` f32 matrix. */
 export function denseUpdate(w: LoraModuleWeights, rows: number, cols: number): Float32Array {
   const out = new Float32Array(rows * cols)
@@ -129,7 +134,7 @@ export async function mergeLoraWeights(
             density: request.density,
             majoritySignMethod: request.majoritySignMethod,
             // One stream per (seed, input, layer, module): masks do not depend on processing order.
-            uniformFor: (j) => seededUniform(request.seed, 'dare', parts[j]!.input, layer, module),
+            uniformFor: (j) => dareUniform(request.seed, parts[j]!.input, layer, module),
           },
         )
         const f = lowRankFactors(dense, rows, cols, { maxRank: Math.min(rankSum, options.maxRank), seed: request.seed })

@@ -1,3 +1,4 @@
+import { parseMergedAdapters } from '../../adapters/merge/parse-merged-adapters.ts'
 import { fieldError } from '../../errors/index.ts'
 import type { GenerationRequest, RequestLimits } from '../../generation/generation-request.ts'
 import {
@@ -69,9 +70,6 @@ export function parseGenerateBody(
   rejectUnknownKeys(p, PARAMETERS, 'parameters')
   const at = (key: string): string => `parameters.${key}`
 
-  if (p.merged_adapters !== undefined && p.merged_adapters !== null) {
-    throw fieldError(at('merged_adapters'), 'is not supported by this server yet', p.merged_adapters)
-  }
   // Recognised LoRAX fields this server does not implement: accepted only at their neutral values,
   // so a client relying on them gets a clear 422 instead of silently different behaviour.
   optionalNumber(p, 'best_of', at('best_of'), { integer: true, min: 1, max: 1 })
@@ -121,6 +119,17 @@ export function parseGenerateBody(
     adapterId === undefined || adapterId === ''
       ? null
       : { source: adapterSource ?? options.defaultSource, id: adapterId }
+  const mergedAdapters =
+    p.merged_adapters === undefined || p.merged_adapters === null
+      ? null
+      : parseMergedAdapters(p.merged_adapters, at('merged_adapters'), adapterSource ?? options.defaultSource)
+  if (mergedAdapters !== null && adapter !== null) {
+    throw fieldError(
+      at('merged_adapters'),
+      'cannot be combined with `adapter_id`: send exactly one of them',
+      p.merged_adapters,
+    )
+  }
 
   return {
     generation: {
@@ -128,6 +137,7 @@ export function parseGenerateBody(
       requestedModel: '',
       includeStopSequence: true,
       adapter,
+      mergedAdapters,
       apiToken,
       sampling: {
         temperature: sampling ? (temperature ?? 1) : 0,

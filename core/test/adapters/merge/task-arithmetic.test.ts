@@ -1,6 +1,7 @@
 import t, { type Test } from 'tap'
 import { SeededRandom } from '@loom/testkit'
 import { seededUniform } from '../../../src/adapters/merge/seeded-random.ts'
+import { refDisjoint, refDrop, refLinear, refTrim } from './reference-merge.ts'
 import {
   electSigns,
   magnitudePrune,
@@ -12,42 +13,6 @@ import {
  * Each strategy against a direct, deliberately naive transcription of its formula
  * (PEFT `merge_utils`, TIES-Merging Yadav et al. 2023, DARE Yu et al. 2023).
  */
-
-const sign = (x: number) => (x > 0 ? 1 : x < 0 ? -1 : 0)
-
-/** Keep the ⌊d·n⌋ largest |x| (stable: lower index first among equals). */
-function refTrim(x: number[], d: number): number[] {
-  if (d >= 1) return [...x]
-  const k = Math.floor(d * x.length)
-  const order = x.map((v, i) => ({ v: Math.abs(v), i })).sort((a, b) => b.v - a.v || a.i - b.i)
-  const keep = new Set(order.slice(0, k).map((o) => o.i))
-  return x.map((v, i) => (keep.has(i) ? v : 0))
-}
-
-/** Drop with probability 1 − d (u ≥ d drops), rescale survivors by 1/d. */
-function refDrop(x: number[], d: number, u: () => number): number[] {
-  if (d >= 1) return [...x]
-  return x.map((v) => (u() < d ? v / d : 0))
-}
-
-/** Elect, then average the weighted entries that agree. */
-function refDisjoint(taus: number[][], w: number[], method: 'total' | 'frequency'): number[] {
-  return taus[0]!.map((_, j) => {
-    const votes = taus.reduce((s, tau) => s + (method === 'total' ? tau[j]! : sign(tau[j]!)), 0)
-    const elected = votes >= 0 ? 1 : -1
-    let sum = 0
-    let count = 0
-    taus.forEach((tau, i) => {
-      if (sign(tau[j]!) === elected) {
-        sum += w[i]! * tau[j]!
-        count++
-      }
-    })
-    return sum / Math.max(1, count)
-  })
-}
-
-const refLinear = (xs: number[][], w: number[]) => xs[0]!.map((_, j) => xs.reduce((s, x, i) => s + w[i]! * x[j]!, 0))
 
 function close(t: Test, got: Float32Array, want: number[], message: string, tol = 1e-6) {
   t.equal(got.length, want.length, `${message}: length`)
