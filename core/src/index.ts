@@ -7,4 +7,5 @@ import 'reflect-metadata'
 
 export * from './contracts/index.ts'
 export * from './errors/index.ts'
+export * from './sources/index.ts' // the source kit for AdapterSource plugins
 export { z } from 'zod'

@@ -1,7 +1,7 @@
 import { createHash, type Hash } from 'node:crypto'
 import { mkdir, open, rm, type FileHandle } from 'node:fs/promises'
 import path from 'node:path'
-import { Readable, addAbortSignal } from 'node:stream'
+import { Readable } from 'node:stream'
 import type { ReadableStream as WebReadableStream } from 'node:stream/web'
 import { DownloadCheckError, DownloadStalledError } from './download-errors.ts'
 
@@ -97,6 +97,12 @@ export class FileDownload {
       throw err
     }
     const stalled = new AbortController()
+    const stop = signal === undefined ? stalled.signal : AbortSignal.any([signal, stalled.signal])
+    // Raced against every read: some streams only notice a destroy() once their source speaks again.
+    const stopped = new Promise<never>((_resolve, reject) => {
+      stop.addEventListener('abort', () => reject(stop.reason as Error), { once: true })
+    })
+    stopped.catch(() => undefined)
     let timer: NodeJS.Timeout | undefined
     // Armed only while waiting for the network, so a slow disk is not mistaken for a stalled body.
     const arm = () => {
@@ -104,13 +110,16 @@ export class FileDownload {
     }
     try {
       if (stream === null) return
-      addAbortSignal(signal === undefined ? stalled.signal : AbortSignal.any([signal, stalled.signal]), stream)
-      arm()
-      for await (const chunk of stream) {
-        clearTimeout(timer)
-        await this.#append(out, chunk as Uint8Array)
-        options.onProgress?.(this.#bytes)
+      const chunks = stream[Symbol.asyncIterator]()
+      for (;;) {
         arm()
+        const read = chunks.next()
+        read.catch(() => undefined)
+        const next = await Promise.race([read, stopped])
+        clearTimeout(timer)
+        if (next.done === true) break
+        await this.#append(out, next.value as Uint8Array)
+        options.onProgress?.(this.#bytes)
       }
     } catch (err) {
       if (signal?.aborted) throw signal.reason
@@ -150,7 +159,7 @@ export class FileDownload {
     if (size !== undefined && this.#bytes + chunk.length > size) {
       throw new DownloadCheckError(this.#name, 'size', size, this.#bytes + chunk.length)
     }
-    for (let offset = 0; offset < chunk.length; ) {
+    for (let offset = 0; offset < chunk.length;) {
       offset += (await out.write(chunk, offset, chunk.length - offset)).bytesWritten
     }
     this.#hash?.update(chunk)
