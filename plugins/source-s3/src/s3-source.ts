@@ -1,21 +1,24 @@
 import { createHash } from 'node:crypto'
-import { mkdir, open } from 'node:fs/promises'
 import path from 'node:path'
-import { addAbortSignal, type Readable } from 'node:stream'
+import type { Readable } from 'node:stream'
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3'
 import {
+  DownloadCheckError,
+  FileDownload,
   LoomError,
+  pickAdapterFiles,
+  untilAborted,
+  withRetry,
   type AdapterFileInfo,
   type AdapterRef,
   type AdapterSource,
   type Logger,
   type ResolvedAdapter,
+  type RetryPolicy,
   type SourceContext,
 } from '@loom/core'
-import { pickAdapterFiles, type ListedObject } from './adapter-files.ts'
 import { parseS3AdapterId, type S3Location } from './s3-adapter-id.ts'
 import { classifyS3Error, describeS3Error, isTransientS3Error, listingError } from './s3-errors.ts'
-import { withRetries, type RetryPolicy } from './retry.ts'
 
 /** Static credentials read from the environment at startup. Never logged. */
 export interface S3Credentials {
@@ -42,6 +45,14 @@ export interface S3SourceOptions {
   readonly requestTimeoutMs: number
   /** Most pages of 1000 keys read while listing one adapter folder. */
   readonly maxListPages: number
+}
+
+/** One object directly under an adapter's prefix, as the listing gave it. */
+interface ListedObject {
+  /** Name relative to the adapter prefix (`adapter_model.safetensors`). */
+  readonly name: string
+  readonly size: number
+  readonly etag: string
 }
 
 /** A resolved S3 adapter remembers each file's ETag, so fetch() downloads exactly what resolve() saw. */
@@ -137,10 +148,7 @@ export class S3AdapterSource implements AdapterSource {
     let sawAnything = false
     let token: string | undefined
     for (let page = 0; page < this.#options.maxListPages; page++) {
-      const answer = await withRetries(
-        this.#options.retry,
-        signal,
-        isTransientS3Error,
+      const answer = await withRetry(
         () =>
           client.send(
             new ListObjectsV2Command({
@@ -151,11 +159,16 @@ export class S3AdapterSource implements AdapterSource {
             }),
             { abortSignal: signal },
           ),
-        (err, attempt, waitMs) =>
-          ctx.logger.warn(
-            { source: this.name, adapter: id, attempt, waitMs, reason: describeS3Error(err) },
-            'S3 listing failed; retrying',
-          ),
+        {
+          ...this.#options.retry,
+          signal,
+          isRetryable: isTransientS3Error,
+          onRetry: (err, attempt, waitMs) =>
+            ctx.logger.warn(
+              { source: this.name, adapter: id, attempt, waitMs, reason: describeS3Error(err) },
+              'S3 listing failed; retrying',
+            ),
+        },
       ).catch((err: unknown) => {
         if (signal.aborted) {
           throw new LoomError('adapter_source_unavailable', {
@@ -180,14 +193,15 @@ export class S3AdapterSource implements AdapterSource {
       token = answer.NextContinuationToken
     }
     if (!sawAnything) throw new LoomError('adapter_not_found', { id, source: this.name })
-    const picked = pickAdapterFiles(objects)
+    const byName = new Map(objects.map((object) => [object.name, object]))
+    const picked = pickAdapterFiles(byName.keys())
     if ('problem' in picked) {
-      throw new LoomError('adapter_invalid', { id, detail: `${where}: ${picked.problem}` })
+      throw new LoomError('adapter_invalid', { id, detail: `${where}: ${picked.detail}` })
     }
     const revision = createHash('sha256')
     const etags: Record<string, string> = {}
     const files: AdapterFileInfo[] = []
-    for (const file of picked.files) {
+    for (const file of picked.files.map((name) => byName.get(name) as ListedObject)) {
       revision.update(`${file.name}\0${file.etag}\0${file.size}\n`)
       if (file.etag !== '') etags[file.name] = file.etag
       files.push({ path: file.name, size: file.size })
@@ -212,65 +226,59 @@ export class S3AdapterSource implements AdapterSource {
     signal: AbortSignal,
     logger: Logger,
   ): Promise<void> {
-    const target = path.join(destDir, ...file.path.split('/'))
-    await mkdir(path.dirname(target), { recursive: true })
+    const download = new FileDownload(path.join(destDir, ...file.path.split('/')), {
+      ...(file.size === undefined ? {} : { size: file.size }),
+      name: file.path,
+    })
     const key = `${location.prefix}${file.path}`
     const etag = location.etags[file.path]
-    let written = 0
-    await withRetries(
-      this.#options.retry,
-      signal,
-      (err) => isTransientS3Error(err),
+    const failed = (detail: string) => new LoomError('adapter_download_failed', { id, source: this.name, detail })
+    await withRetry(
       async () => {
         // Resume only when the ETag pins the content; otherwise start the file over.
-        const resume = written > 0 && etag !== undefined
+        const resume = download.bytes > 0 && etag !== undefined
         const answer = await client.send(
           new GetObjectCommand({
             Bucket: location.bucket,
             Key: key,
             ...(etag === undefined ? {} : { IfMatch: `"${etag}"` }),
-            ...(resume ? { Range: `bytes=${written}-` } : {}),
+            ...(resume ? { Range: `bytes=${download.bytes}-` } : {}),
           }),
           { abortSignal: signal },
         )
-        const append = resume && (answer.ContentRange ?? '').startsWith(`bytes ${written}-`)
-        const body = addAbortSignal(signal, answer.Body as Readable)
-        const out = await open(target, append ? 'a' : 'w')
-        if (!append) written = 0
-        try {
-          // Written chunk by chunk so `written` counts exactly what is on disk when the body breaks.
-          for await (const chunk of body) {
-            await out.write(chunk as Buffer)
-            written += (chunk as Buffer).length
-          }
-        } finally {
-          body.destroy()
-          await out.close()
-        }
+        const append = resume && (answer.ContentRange ?? '').startsWith(`bytes ${download.bytes}-`)
+        await download.write((answer.Body as Readable | undefined) ?? null, { append, signal })
       },
-      (err, attempt, waitMs) =>
-        logger.warn(
-          {
-            source: this.name,
-            adapter: id,
-            file: file.path,
-            bytes: written,
-            attempt,
-            waitMs,
-            reason: describeS3Error(err),
-          },
-          'S3 download broke; retrying',
-        ),
-    ).catch((err: unknown) => {
+      {
+        ...this.#options.retry,
+        signal,
+        // A body longer than listed is not a broken transfer: resuming cannot mend it.
+        isRetryable: (err) => !(err instanceof DownloadCheckError) && isTransientS3Error(err),
+        onRetry: (err, attempt, waitMs) =>
+          logger.warn(
+            {
+              source: this.name,
+              adapter: id,
+              file: file.path,
+              bytes: download.bytes,
+              attempt,
+              waitMs,
+              reason: describeS3Error(err),
+            },
+            'S3 download broke; retrying',
+          ),
+      },
+    ).catch(async (err: unknown) => {
+      await download.discard()
       if (signal.aborted) throw signal.reason
+      if (err instanceof DownloadCheckError) throw failed(err.message)
       throw this.#downloadError(id, key, err)
     })
-    if (file.size !== undefined && written !== file.size) {
-      throw new LoomError('adapter_download_failed', {
-        id,
-        source: this.name,
-        detail: `${file.path} has ${written} bytes, expected ${file.size}`,
-      })
+    try {
+      download.verify()
+    } catch (err) {
+      await download.discard()
+      throw failed((err as DownloadCheckError).message)
     }
   }
 
@@ -290,23 +298,4 @@ export class S3AdapterSource implements AdapterSource {
       { cause: err },
     )
   }
-}
-
-/** Wait for `promise`, but give up as soon as `signal` aborts (the shared work goes on for others). */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort)
-        resolve(value)
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort)
-        reject(err)
-      },
-    )
-  })
 }
