@@ -229,6 +229,48 @@ t.test('merged adapters over HTTP', async (t) => {
     t.equal(new Set([...seen.values(), linear.tokens.map((x) => x.logprob).join()]).size, 4)
   })
 
+  t.test('v1 endpoints take the same merge through the `merged_adapters` extension field', async (t) => {
+    const v1 = async (url: string, payload: Record<string, unknown>) => {
+      const res = await test.server.app.inject({
+        method: 'POST',
+        url,
+        payload: { temperature: 0, max_tokens: 8, ...payload },
+      })
+      return {
+        status: res.statusCode,
+        body: res.json() as {
+          choices?: { text?: string; message?: { content: string } }[]
+          error?: { param: string; message: string }
+        },
+      }
+    }
+    const merge = { ids: ['a', 'b'], weights: [0.5, 0.5] }
+    const merged = await v1('/v1/completions', { model: '', prompt: 'Once upon a time', merged_adapters: merge })
+    const offline = await v1('/v1/completions', { model: 'offline-linear', prompt: 'Once upon a time' })
+    t.equal(merged.status, 200)
+    t.equal(
+      merged.body.choices![0]!.text,
+      offline.body.choices![0]!.text,
+      'completions: same text as the offline merge',
+    )
+    const base = await v1('/v1/completions', { model: '', prompt: 'Once upon a time' })
+    t.not(merged.body.choices![0]!.text, base.body.choices![0]!.text, 'and not the base model text')
+    const messages = [{ role: 'user', content: 'Hi' }]
+    const chat = await v1('/v1/chat/completions', { model: 'test-model', messages, merged_adapters: merge })
+    const chatOffline = await v1('/v1/chat/completions', { model: 'offline-linear', messages })
+    t.equal(chat.status, 200)
+    t.equal(chat.body.choices![0]!.message!.content, chatOffline.body.choices![0]!.message!.content, 'chat too')
+    const both = await v1('/v1/chat/completions', { model: 'a', messages, merged_adapters: merge })
+    t.equal(both.status, 422)
+    t.equal(both.body.error!.param, 'merged_adapters')
+    const mismatch = await v1('/v1/completions', {
+      model: '',
+      prompt: 'x',
+      merged_adapters: { ids: ['a'], weights: [] },
+    })
+    t.equal(mismatch.body.error!.param, 'merged_adapters.weights')
+  })
+
   t.test('the second identical request reuses the merge; a restart reuses the disk cache', async (t) => {
     const request = { merged_adapters: { ids: ['a', 'b'], weights: [0.25, 0.75], merge_strategy: 'linear' } }
     const before = mergeStats()

@@ -1,3 +1,4 @@
+import { parseMergedAdapters } from '../../adapters/merge/parse-merged-adapters.ts'
 import { fieldError } from '../../errors/index.ts'
 import type { GenerationRequest, RequestLimits } from '../../generation/generation-request.ts'
 import {
@@ -52,6 +53,7 @@ export const COMMON_FIELDS = [
   'top_k',
   'repetition_penalty',
   'ignore_eos_token',
+  'merged_adapters',
   ...IGNORED_FIELDS,
 ]
 
@@ -68,6 +70,17 @@ export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokens
   const apiToken = optionalString(body, 'api_token', 'api_token') || ctx.bearerToken || undefined
   const adapter =
     model === '' || model === ctx.modelId ? null : { source: adapterSource ?? ctx.defaultSource, id: model }
+  const mergedAdapters =
+    body.merged_adapters === undefined || body.merged_adapters === null
+      ? null
+      : parseMergedAdapters(body.merged_adapters, 'merged_adapters', adapterSource ?? ctx.defaultSource)
+  if (mergedAdapters !== null && adapter !== null) {
+    throw fieldError(
+      'merged_adapters',
+      'cannot be combined with an adapter in `model`: set `model` to the base model id (or "") to use the merge',
+      body.merged_adapters,
+    )
+  }
 
   const temperature = optionalNumber(body, 'temperature', 'temperature', { min: 0, max: 2 }) ?? 1
   const topP = optionalNumber(body, 'top_p', 'top_p', { above: 0, max: 1 }) ?? 1
@@ -105,6 +118,7 @@ export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokens
       requestedModel: model,
       includeStopSequence: false,
       adapter,
+      mergedAdapters,
       apiToken,
       sampling: {
         temperature,
