@@ -1,23 +1,53 @@
 /**
  * Rewrites the pieces of an EBNF grammar that describe the inside of a JSON string so that they
- * only ever produce valid JSON string text.
+ * only ever produce valid JSON string text in valid UTF-8.
  *
  * A regex (a schema's `pattern`) speaks about the string's value, but XGrammar writes its
  * characters into the JSON text as they are: a `"` or `\` or a control character would end or
  * break the string. Literals are therefore written as JSON writes them (`"` becomes `\"`: the
- * value still matches the regex exactly); character classes lose `"`, `\`, the control characters
- * U+0000–U+001F and the surrogates (values with those characters are never produced: a subset of
- * what the regex allows, never a superset).
+ * value still matches the regex exactly); character classes lose `"`, `\` and the control
+ * characters U+0000–U+001F (values with those characters are never produced: a subset of what the
+ * regex allows, never a superset).
+ *
+ * XGrammar 0.1.27 reads a class member above U+007F as a byte, not a character: `[^x]` matches
+ * any byte sequence shaped like UTF-8, surrogates and code points past U+10FFFF included (invalid
+ * UTF-8, which a decoder turns into several U+FFFD, breaking `maxLength`), and `[a-é]` matches
+ * single bytes. So classes are rewritten to printable ASCII, plus `UTF8_NON_ASCII` (exactly the
+ * valid UTF-8 encodings of U+0080–U+10FFFF but the surrogates, byte by byte) where the class
+ * allowed every non-ASCII character. A class naming only some non-ASCII characters loses them.
  */
 
-/** Inclusive code point ranges, sorted and disjoint. */
+/** Inclusive code point ranges. */
 type Ranges = [number, number][]
 
-const FORBIDDEN: Ranges = [
-  [0x00, 0x1f],
-  [0x22, 0x22],
-  [0x5c, 0x5c],
-  [0xd800, 0xdfff],
+/**
+ * Every valid multi-byte UTF-8 sequence, by byte ranges. XGrammar turns a one-byte class such as
+ * `[\xe0-\xe0]` into the character U+00E0, so each lead byte that needs its own second-byte range
+ * (E0, ED, F0, F4) shares a class with a neighbour for which that range is valid too.
+ */
+export const UTF8_NON_ASCII = [
+  '[\\xc2-\\xdf] [\\x80-\\xbf]',
+  '[\\xe0-\\xe1] [\\xa0-\\xbf] [\\x80-\\xbf]',
+  '[\\xe1-\\xec] [\\x80-\\xbf] [\\x80-\\xbf]',
+  '[\\xec-\\xed] [\\x80-\\x9f] [\\x80-\\xbf]',
+  '[\\xee-\\xef] [\\x80-\\xbf] [\\x80-\\xbf]',
+  '[\\xf0-\\xf1] [\\x90-\\xbf] [\\x80-\\xbf] [\\x80-\\xbf]',
+  '[\\xf1-\\xf3] [\\x80-\\xbf] [\\x80-\\xbf] [\\x80-\\xbf]',
+  '[\\xf3-\\xf4] [\\x80-\\x8f] [\\x80-\\xbf] [\\x80-\\xbf]',
+]
+  .map((seq) => `(${seq})`)
+  .join(' | ')
+
+/** What may stand raw in a JSON string within ASCII: printable characters and DEL, less `"` and `\`. */
+const ASCII_ALLOWED: Ranges = [
+  [0x20, 0x21],
+  [0x23, 0x5b],
+  [0x5d, 0x7f],
+]
+/** Every non-ASCII code point but the surrogates. */
+const NON_ASCII: Ranges = [
+  [0x80, 0xd7ff],
+  [0xe000, 0x10ffff],
 ]
 const MAX_CODE_POINT = 0x10ffff
 
@@ -64,7 +94,7 @@ function writeChar(cp: number, inClass: boolean): string {
 }
 
 function normalize(ranges: Ranges): Ranges {
-  const sorted = [...ranges].sort((a, b) => a[0] - b[0])
+  const sorted = ranges.map(([a, b]): [number, number] => [a, b]).sort((x, y) => x[0] - y[0])
   const out: Ranges = []
   for (const [a, b] of sorted) {
     const last = out[out.length - 1]
@@ -85,22 +115,25 @@ function complement(ranges: Ranges): Ranges {
   return out
 }
 
-function subtract(ranges: Ranges, remove: Ranges): Ranges {
-  const keep = complement(remove)
+function intersect(ranges: Ranges, other: Ranges): Ranges {
   const out: Ranges = []
   for (const [a, b] of normalize(ranges)) {
-    for (const [c, d] of keep) {
+    for (const [c, d] of other) {
       const lo = Math.max(a, c)
       const hi = Math.min(b, d)
       if (lo <= hi) out.push([lo, hi])
     }
   }
-  return out
+  return normalize(out)
 }
 
+const covers = (ranges: Ranges, part: Ranges): boolean =>
+  JSON.stringify(intersect(ranges, part)) === JSON.stringify(normalize(part))
+
 /**
- * A class (`[...]` or `[^...]`, brackets included) narrowed to what may appear raw in a JSON
- * string, written as a positive class; null when nothing is left.
+ * A class (`[...]` or `[^...]`, brackets included) narrowed to what may stand raw in a JSON
+ * string (see the file comment): an ASCII class, `UTF8_NON_ASCII`, or a group of both; null when
+ * nothing is left.
  */
 export function narrowClassForJsonString(cls: string): string | null {
   const negated = cls.startsWith('[^')
@@ -118,12 +151,18 @@ export function narrowClassForJsonString(cls: string): string | null {
       ranges.push([from, from])
     }
   }
-  const members = subtract(negated ? complement(ranges) : ranges, FORBIDDEN)
-  if (members.length === 0) return null
-  const parts = members.map(([a, b]) =>
-    a === b ? writeChar(a, true) : `${writeChar(a, true)}${b === a + 1 ? '' : '-'}${writeChar(b, true)}`,
-  )
-  return `[${parts.join('')}]`
+  const members = negated ? complement(ranges) : normalize(ranges)
+  const ascii = intersect(members, ASCII_ALLOWED)
+  const parts: string[] = []
+  if (ascii.length > 0) {
+    const written = ascii.map(([a, b]) =>
+      a === b ? writeChar(a, true) : `${writeChar(a, true)}${b === a + 1 ? '' : '-'}${writeChar(b, true)}`,
+    )
+    parts.push(`[${written.join('')}]`)
+  }
+  if (covers(members, NON_ASCII)) parts.push(UTF8_NON_ASCII)
+  if (parts.length === 0) return null
+  return parts.length === 1 && ascii.length > 0 ? parts[0]! : `(${parts.join(' | ')})`
 }
 
 /** A literal (`"..."`, quotes included) rewritten to the JSON string text of its value. */

@@ -1,27 +1,26 @@
 /**
- * Repairs the EBNF XGrammar 0.1.27 writes for a JSON schema so that what it matches is valid JSON.
+ * Repairs the EBNF XGrammar 0.1.27 writes for a JSON schema so that what it matches is valid JSON
+ * in valid UTF-8.
  *
- * Its converter builds string bodies from character classes that let through characters JSON
- * forbids raw inside a string: length-bounded strings use `[^"\\\r\n]` (tab and the other control
- * characters pass), and a `pattern`'s `.` or negated class becomes `[\u0000-\U0010FFFF]` / `[^x]`
- * (a raw `"`, `\` or control character passes, ending or breaking the string). Outside string
- * literals of the grammar itself, every negated class and the any-character class are narrowed to
- * exclude `"`, `\`, U+0000–U+001F and the surrogates. This only removes matches (a value the repaired grammar
- * produces still satisfies the schema), and JSON's own string rule (`basic_string_sub`) already
- * excludes them, so it is unchanged in effect.
+ * Its converter builds string bodies from negated character classes: length-bounded strings use
+ * `[^"\\\r\n]` (tab and the other control characters pass), JSON's own string rule uses
+ * `[^\0-\x1f"\\]`, and XGrammar matches the non-ASCII part of a negated class as any UTF-8-shaped
+ * byte sequence (surrogates and code points past U+10FFFF too: invalid UTF-8). Outside string
+ * literals of the grammar itself, every negated class and the any-character class are rewritten
+ * by `narrowClassForJsonString` to printable ASCII less `"` and `\` (and whatever ASCII the class
+ * excluded) or exactly-valid multi-byte UTF-8. This only removes matches: a value the repaired
+ * grammar produces still satisfies the schema. Negated classes appear only inside strings in
+ * XGrammar's JSON grammars, so no structural rule is touched.
  */
+import { narrowClassForJsonString } from './json-string-chars.ts'
 
 const ANY_CHAR = '[\\u0000-\\U0010FFFF]'
-/**
- * What a JSON string may not contain raw, written as EBNF class members; surrogate code points
- * too, which XGrammar would emit as 3-byte sequences no UTF-8 decoder accepts.
- */
-const FORBIDDEN_IN_STRING = '\\0-\\x1f\\"\\\\'
 
 /** Rewrite one character class (`[...]`, brackets included). */
 function narrowClass(cls: string): string {
-  if (cls === ANY_CHAR) return `[^${FORBIDDEN_IN_STRING}]`
-  if (cls.startsWith('[^')) return `[^${cls.slice(2, -1)}${FORBIDDEN_IN_STRING}]`
+  if (cls.toLowerCase() === ANY_CHAR.toLowerCase() || cls === '[\\0-\\U0010ffff]' || cls.startsWith('[^')) {
+    return narrowClassForJsonString(cls) ?? cls
+  }
   return cls
 }
 

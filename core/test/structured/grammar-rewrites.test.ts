@@ -1,7 +1,11 @@
 import t from 'tap'
 import { SeededRandom } from '@loom/testkit'
 import { intervalGrammar, type NumericInterval } from '../../src/structured/decimal-interval-grammar.ts'
-import { escapeLiteralForJsonString, narrowClassForJsonString } from '../../src/structured/json-string-chars.ts'
+import {
+  escapeLiteralForJsonString,
+  narrowClassForJsonString,
+  UTF8_NON_ASCII,
+} from '../../src/structured/json-string-chars.ts'
 import { patternGrammar } from '../../src/structured/pattern-grammar.ts'
 import { prepareSchema } from '../../src/structured/prepare-schema.ts'
 import { spliceGrammar } from '../../src/structured/splice-grammar.ts'
@@ -189,12 +193,16 @@ t.test('prepareSchema marks bounded numbers and patterns, refuses what a grammar
   t.doesNotThrow(() => prepareSchema({ type: 'array', uniqueItems: false, items: { allOf: [{ type: 'string' }] } }))
 })
 
-t.test('string characters: classes lose what JSON escapes, literals are escaped', async (t) => {
+t.test('string characters: classes keep printable ASCII and valid UTF-8, literals are escaped', async (t) => {
+  const PRINTABLE = '[ !#-\\[\\]-\\x7f]'
   t.equal(narrowClassForJsonString('[a-z\\"]'), '[a-z]')
   t.equal(narrowClassForJsonString('[ -~]'), '[ !#-\\[\\]-~]')
-  t.equal(narrowClassForJsonString('[^\\"]'), '[ !#-\\[\\]-\\ud7ff\\ue000-\\U0010ffff]')
-  t.equal(narrowClassForJsonString('[\\0-\\U0010ffff]'), '[ !#-\\[\\]-\\ud7ff\\ue000-\\U0010ffff]')
-  t.equal(narrowClassForJsonString('[\\f\\n\\r\\t\\v \\xa0]'), '[ \\xa0]')
+  t.equal(narrowClassForJsonString('[a-zé]'), '[a-z]', 'a class naming some non-ASCII characters loses them')
+  t.equal(narrowClassForJsonString('[^\\"]'), `(${PRINTABLE} | ${UTF8_NON_ASCII})`)
+  t.equal(narrowClassForJsonString('[\\0-\\U0010ffff]'), `(${PRINTABLE} | ${UTF8_NON_ASCII})`)
+  t.equal(narrowClassForJsonString('[^x]'), `([ !#-\\[\\]-wy-\\x7f] | ${UTF8_NON_ASCII})`)
+  t.equal(narrowClassForJsonString('[^é]'), '[ !#-\\[\\]-\\x7f]')
+  t.equal(narrowClassForJsonString('[\\f\\n\\r\\t\\v \\xa0]'), '[ ]')
   t.equal(narrowClassForJsonString('[\\"\\\\]'), null)
   t.equal(escapeLiteralForJsonString('"a\\"b"'), '"a\\\\\\"b"')
   t.equal(escapeLiteralForJsonString('"\\\\"'), '"\\\\\\\\"')
@@ -213,7 +221,7 @@ t.test('pattern grammars are renamed and refused in shapes not understood', asyn
   t.equal(g.root, 'p_root')
   t.same(g.rules, [
     'p_root ::= ("\\"" [a-z] p_string_1 "\\"")',
-    'p_string_1 ::= ("" | ([ !#-\\[\\]-wy-\\ud7ff\\ue000-\\U0010ffff] p_string_1))',
+    `p_string_1 ::= ("" | (([ !#-\\[\\]-wy-\\x7f] | ${UTF8_NON_ASCII}) p_string_1))`,
   ])
   t.throws(() => patternGrammar('p', 'string ::= (("\\"" "a" "b") | ("c" "d" "\\""))\nroot ::= ((string))'))
   t.throws(() => patternGrammar('p', 'root ::= (("\\"" "a" "\\""))'))

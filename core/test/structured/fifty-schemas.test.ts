@@ -1,0 +1,102 @@
+/**
+ * Issue 5, acceptance 2: fifty JSON schemas decoded by a random tiny "model" (seeded random
+ * logits over the testkit vocabulary) through the real sampler, masked by the schema's
+ * constraint. Every run that ends at eos must parse and validate with ajv; most runs must end at
+ * eos within the budget, so the check cannot pass by never finishing.
+ */
+import t from 'tap'
+import { Ajv2020 } from 'ajv/dist/2020.js'
+import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
+import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
+import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
+import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
+import { HfTokenizerLoader } from '../../src/tokenizer/index.ts'
+import { FIFTY_SCHEMAS } from './fifty-schemas.fixture.ts'
+
+const BUDGET = 400
+
+const dir = t.testdir()
+const config = await buildModel(dir, { vocabSize: 640 })
+const V: number = config.vocab_size
+const EOS = buildTokenizer().info.eosTokenId
+const tokenizer = (await new HfTokenizerLoader().load(dir)) as Tokenizer
+const factory = await XGrammarConstraintFactory.fromModelDir(dir, { vocabSize: V, eosTokenIds: [EOS] })
+const sampler = new TokenSampler(V)
+const ajv = new Ajv2020({ allErrors: true, strict: true })
+
+const GREEDY: SamplingParams = {
+  temperature: 0,
+  topK: 0,
+  topP: 1,
+  typicalP: 1,
+  repetitionPenalty: 1,
+  frequencyPenalty: 0,
+  presencePenalty: 0,
+  seed: 0n,
+}
+/** Two greedy and two sampled (temperature 1) runs per schema, each with its own logits stream. */
+const RUNS: readonly SamplingParams[] = [
+  { ...GREEDY, seed: 1n },
+  { ...GREEDY, seed: 2n },
+  { ...GREEDY, temperature: 1, seed: 3n },
+  { ...GREEDY, temperature: 1, seed: 4n },
+]
+
+interface Run {
+  readonly text: string
+  readonly endedAtEos: boolean
+}
+
+async function decode(schema: unknown, sampling: SamplingParams, logitSeed: number): Promise<Run> {
+  const constraint = await factory.create({ type: 'json_schema', name: 's', schema, strict: true })
+  try {
+    const state = new SamplingState(sampling, [])
+    const logits = new SeededRandom(logitSeed)
+    const ids: number[] = []
+    for (let step = 0; step < BUDGET; step++) {
+      const outcome = sampler.sample({
+        logits: logits.normalArray(V, 3),
+        offset: 0,
+        state,
+        constraint,
+        eosTokenIds: [EOS],
+        topLogprobs: 0,
+      })
+      if (outcome.kind !== 'token') throw new Error(`the sampler stopped: ${outcome.kind}`)
+      if (outcome.token.id === EOS)
+        return { text: tokenizer.decode(ids, { skipSpecialTokens: true }), endedAtEos: true }
+      ids.push(outcome.token.id)
+    }
+    return { text: tokenizer.decode(ids, { skipSpecialTokens: true }), endedAtEos: false }
+  } finally {
+    constraint.dispose()
+  }
+}
+
+t.after(() => factory.close())
+
+t.test('fifty schemas: every output that ends at eos parses and validates', async (t) => {
+  t.equal(FIFTY_SCHEMAS.length, 50, 'fifty schemas')
+  t.equal(new Set(FIFTY_SCHEMAS.map((c) => c.name)).size, 50, 'distinct names')
+  let runs = 0
+  let ended = 0
+  for (const [index, { name, schema }] of FIFTY_SCHEMAS.entries()) {
+    const validate = ajv.compile(schema)
+    for (const [r, sampling] of RUNS.entries()) {
+      const run = await decode(schema, sampling, 1000 * index + r)
+      runs++
+      if (!run.endedAtEos) continue
+      ended++
+      let value: unknown
+      try {
+        value = JSON.parse(run.text)
+      } catch {
+        t.fail(`${name} run ${r}: not JSON: ${JSON.stringify(run.text)}`)
+        continue
+      }
+      if (!validate(value)) t.fail(`${name} run ${r}: ${ajv.errorsText(validate.errors)}: ${run.text}`)
+    }
+  }
+  t.ok(ended >= 0.9 * runs, `${ended} of ${runs} runs ended at eos within ${BUDGET} tokens`)
+})
