@@ -285,13 +285,16 @@ t.test('merged adapters over HTTP', async (t) => {
     t.equal(mergeStats().computed, before.computed + 1, 'density is ignored by linear')
     await generate(t, { merged_adapters: { ...request.merged_adapters, weights: [0.75, 0.25] } })
     t.equal(mergeStats().computed, before.computed + 2, 'other weights: a new merge')
+    const concurrent = { merged_adapters: { ...request.merged_adapters, weights: [0.1, 0.9] } }
+    await Promise.all([generate(t, concurrent), generate(t, concurrent), generate(t, concurrent)])
+    t.equal(mergeStats().computed, before.computed + 3, 'concurrent identical requests share one computation')
 
     await test.close()
     const again = await start()
     t.teardown(() => again.close())
     const res = await post(again, request)
     t.equal(res.status, 200)
-    t.equal(mergeStats().computed, before.computed + 2, 'after a restart: no recomputation')
+    t.equal(mergeStats().computed, before.computed + 3, 'after a restart: no recomputation')
     t.equal(mergeStats().diskHits, before.diskHits + 1, 'read from the adapter cache')
     t.same(res.body.details.tokens, first.tokens)
     t.equal(
