@@ -10,6 +10,7 @@ import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
 import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
+import type { LoomError } from '../../src/errors/index.ts'
 import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
 import { HfTokenizerLoader } from '../../src/tokenizer/index.ts'
 import { FIFTY_SCHEMAS } from './fifty-schemas.fixture.ts'
@@ -99,4 +100,23 @@ t.test('fifty schemas: every output that ends at eos parses and validates', asyn
     }
   }
   t.ok(ended >= 0.9 * runs, `${ended} of ${runs} runs ended at eos within ${BUDGET} tokens`)
+})
+
+t.test('what cannot be honoured exactly is a 422 naming the keyword', async (t) => {
+  const cases: [unknown, string][] = [
+    [{ type: 'integer', multipleOf: 5 }, 'multipleOf'],
+    [{ oneOf: [{ type: 'integer' }, { type: 'number' }] }, 'oneOf'],
+    [{ type: 'array', items: { type: 'integer' }, uniqueItems: true }, 'uniqueItems'],
+    [{ type: 'integer', minimum: 1e16 }, 'minimum/maximum'],
+    [{ type: 'number', minimum: 3, maximum: 2 }, 'minimum/maximum'],
+    [{ type: 'string', pattern: '^ab|cd$' }, 'pattern'],
+  ]
+  for (const [schema, keyword] of cases) {
+    const err = await factory.create({ type: 'json_schema', name: 's', schema, strict: true }).then(
+      () => null,
+      (e: unknown) => e as LoomError,
+    )
+    t.equal(err?.code, 'grammar_unsupported', JSON.stringify(schema))
+    t.match(err?.message, `\`${keyword}\``)
+  }
 })
