@@ -42,6 +42,7 @@ const promptTokens = 8
 const warmupSteps = 2
 const maxBatch = Math.max(...batches)
 const log = (line: string): void => console.error(`[bench] ${line}`)
+const out = (text: string): void => void process.stdout.write(text + '\n')
 
 async function bandwidth(): Promise<number[]> {
   return loadNative().measureReadBandwidth(1024 * 2 ** 20, threads, 8)
@@ -100,20 +101,20 @@ async function main(): Promise<void> {
   const load1 = os.loadavg()[0]!
 
   const date = new Date().toISOString()
-  console.log(`## Loom native cpu decode benchmark, ${date}`)
-  console.log('')
-  console.log(
+  out(`## Loom native cpu decode benchmark, ${date}`)
+  out('')
+  out(
     `${os.cpus()[0]?.model ?? 'cpu'}, ${threads} threads; read bandwidth ${Math.max(...bwAll).toFixed(1)} GB/s best ` +
       `(median ${median(bwAll).toFixed(1)}, ${bwAll.length} runs of 1 GiB); load average ${load0.toFixed(2)} -> ` +
       `${load1.toFixed(2)}; ${rounds} rounds x ${timedSteps} timed steps per configuration ` +
       `(best = lowest round median; median/best shows the noise)`,
   )
-  console.log('')
-  console.log(formatTable(rows, targets))
-  console.log('')
+  out('')
+  out(formatTable(rows, targets))
+  out('')
   const passed = targets.filter((t) => t.pass).length
-  console.log(`${passed}/${targets.length} targets pass; ran ${((Date.now() - started) / 1000).toFixed(0)}s`)
-  console.log(
+  out(`${passed}/${targets.length} targets pass; ran ${((Date.now() - started) / 1000).toFixed(0)}s`)
+  out(
     JSON.stringify({
       bench: 'loom-native-decode',
       date,

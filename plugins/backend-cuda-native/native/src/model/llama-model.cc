@@ -269,38 +269,40 @@ Status LlamaModel::validate(const StepInput& in) const {
   return Status::Ok();
 }
 
-// Apply the adapters of every LoRA row to the projections `modules` (sharing input x [T, ldx] of
+// Consecutive rows with one adapter become one run (one SGMV segment), so an adapter shared by
+// neighbouring rows is read once per module; rows without an adapter are skipped.
+void LlamaModel::plan_lora_runs(const StepInput& in) {
+  lora_runs_.clear();
+  for (const auto& row : in.rows) {
+    if (row.lora_slot < 0) continue;
+    if (!lora_runs_.empty() && lora_runs_.back().slot == row.lora_slot &&
+        lora_runs_.back().tok_start + lora_runs_.back().tok_count == row.tok_start) {
+      lora_runs_.back().tok_count += row.n;
+      continue;
+    }
+    lora_runs_.push_back({row.tok_start, row.n, row.lora_slot});
+  }
+}
+
+// Apply the adapters of every LoRA run to the projections `modules` (sharing input x [T, ldx] of
 // K features): one shrink for all modules together into the low-rank scratch [T, ldt], then one
 // expand per module into ys[m] [T, lds[m]] of ns[m] features.
-void LlamaModel::lora_pass(const StepInput& in, int layer, const int* modules, int nmod, const float* x, int64_t ldx,
-                           int64_t K, float* const* ys, const int64_t* lds, const int64_t* ns) {
+void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K,
+                           float* const* ys, const int64_t* lds, const int64_t* ns) {
   const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
   segs_.clear();
   seg_module_.clear();
-  // Consecutive rows with one adapter become one segment, so a shared adapter is read once.
-  auto add_run = [&](int32_t start, int32_t count, int32_t slot) {
-    const auto& mods = slots_[size_t(slot)]->lora[size_t(layer)];
+  for (const LoraRun& run : lora_runs_) {
+    const auto& mods = slots_[size_t(run.slot)]->lora[size_t(layer)];
     int32_t col = 0;  // this run's modules sit side by side in the scratch columns
     for (int m = 0; m < nmod; m++) {
       const LoraModuleSlot& ms = mods[size_t(modules[m])];
       if (ms.rank == 0) continue;
-      segs_.push_back({start, count, ms.a.data(), ms.rank, col, ms.scale});
+      segs_.push_back({run.tok_start, run.tok_count, ms.a.data(), ms.rank, col, ms.scale});
       seg_module_.push_back({m, ms.bt.data()});
       col += ms.rank;
     }
-  };
-  int32_t start = 0, count = 0, slot = -1;
-  for (const auto& row : in.rows) {
-    if (row.lora_slot == slot && slot >= 0) {
-      count += row.n;
-      continue;
-    }
-    if (slot >= 0) add_run(start, count, slot);
-    start = row.tok_start;
-    count = row.n;
-    slot = row.lora_slot;
   }
-  if (slot >= 0) add_run(start, count, slot);
   if (segs_.empty()) return;
   dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
   const size_t nshrink = segs_.size();
@@ -353,6 +355,7 @@ Status LlamaModel::step(const StepInput& in) {
       cos_[size_t(t * half + i)] = float(std::cos(angle));
       sin_[size_t(t * half + i)] = float(std::sin(angle));
     }
+  plan_lora_runs(in);
   const AttnShape shape{int32_t(cfg_.heads), int32_t(cfg_.kv_heads), int32_t(D), int32_t(bs),
                         float(1.0 / std::sqrt(double(D)))};
 
@@ -373,13 +376,13 @@ Status LlamaModel::step(const StepInput& in) {
     const MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
                                    {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
                                    {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
+    const int qkv_mods[3] = {kQ, kK, kV};
     dev_->matmul(xn, T, H, qkv_jobs, 3, false);
     // LoRA on q, k, v: one shrink of xn for the three modules, then one expand per module.
     {
-      const int mods[3] = {kQ, kK, kV};
       float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
       const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
-      lora_pass(in, int(l), mods, 3, xn, H, H, ys, lds, ns);
+      lora_pass(int(l), qkv_mods, 3, xn, H, H, ys, lds, ns);
     }
     // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
     dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
@@ -393,35 +396,35 @@ Status LlamaModel::step(const StepInput& in) {
     dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
     // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]
     const MatmulJob o_job{L.o, nullptr, x, H};
+    const int o_mods[1] = {kO};
     dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn)
     {
-      const int mods[1] = {kO};
       float* ys[1] = {x};
       const int64_t lds[1] = {H}, ns[1] = {H};
-      lora_pass(in, int(l), mods, 1, attn_.data(), QD, QD, ys, lds, ns);
+      lora_pass(int(l), o_mods, 1, attn_.data(), QD, QD, ys, lds, ns);
     }
     // ---- MLP block (SwiGLU) ----
     // xn = RMSNorm(x) · w_post                                // [T, H]
     dev_->rmsnorm(x, T, H, H, L.post_norm.data(), cfg_.rms_eps, xn, H);
     // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass          // [T, I] each
     const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
+    const int gu_mods[2] = {kGate, kUp};
     dev_->matmul(xn, T, H, gu_jobs, 2, false);
     {
-      const int mods[2] = {kGate, kUp};
       float* ys[2] = {gate_.data(), up_.data()};
       const int64_t lds[2] = {I, I}, ns[2] = {I, I};
-      lora_pass(in, int(l), mods, 2, xn, H, H, ys, lds, ns);
+      lora_pass(int(l), gu_mods, 2, xn, H, H, ys, lds, ns);
     }
     // act = SiLU(gate) ⊙ up                                  // [T, I]
     dev_->silu_mul(gate_.data(), up_.data(), T * I, act_.data());
     // x += act · Wdownᵀ (+ LoRA)                              // [T, H]
     const MatmulJob down_job{L.down, nullptr, x, H};
+    const int down_mods[1] = {kDown};
     dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act)
     {
-      const int mods[1] = {kDown};
       float* ys[1] = {x};
       const int64_t lds[1] = {H}, ns[1] = {H};
-      lora_pass(in, int(l), mods, 1, act_.data(), I, I, ys, lds, ns);
+      lora_pass(int(l), down_mods, 1, act_.data(), I, I, ys, lds, ns);
     }
   }
 

@@ -111,8 +111,13 @@ class LlamaModel {
   struct Layer;
   struct Slot;
   Status validate(const StepInput& in) const;
-  void lora_pass(const StepInput& in, int layer, const int* modules, int nmod, const float* x, int64_t ldx,
-                 int64_t K, float* const* ys, const int64_t* lds, const int64_t* ns);
+  // Runs of consecutive rows sharing one LoRA slot, computed once per step.
+  struct LoraRun {
+    int32_t tok_start, tok_count, slot;
+  };
+  void plan_lora_runs(const StepInput& in);
+  void lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K, float* const* ys,
+                 const int64_t* lds, const int64_t* ns);
 
   Device* dev_;
   ModelConfig cfg_;
@@ -129,6 +134,7 @@ class LlamaModel {
   std::vector<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_, head_t_;
   std::vector<int32_t> kv_slots_, copy_from_, copy_to_;
   std::vector<AttnRow> attn_rows_;
+  std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
   std::vector<std::pair<int, const float*>> seg_module_;  // per shrink segment: module index, its Bt
 };

@@ -98,8 +98,8 @@ std::string dims(const char* op, std::initializer_list<std::pair<const char*, in
 
 void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
-    for (int64_t K : {576, 896, 2048, 100})
-      for (int64_t T : {1, 2, 3, 8, 33, 70}) {
+    for (int64_t K : {576, 896, 2048, 100, 24})
+      for (int64_t T : {1, 2, 3, 8, 9, 33, 70}) {
         const int njobs = rng.range(1, 3);
         const bool acc = rng.next() & 1;
         std::vector<TestWeight> ws;
