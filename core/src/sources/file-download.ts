@@ -61,6 +61,7 @@ export class FileDownload {
   readonly #name: string
   #bytes = 0
   #hash: Hash | null = null
+  #folderMade = false
 
   constructor(filePath: string, expected: ExpectedFile = {}) {
     this.path = filePath
@@ -83,15 +84,23 @@ export class FileDownload {
   async write(body: DownloadBody, options: WriteOptions = {}): Promise<void> {
     const { signal, idleMs } = options
     const stream = toReadable(body)
+    // Errors arrive through the reads below; this keeps one that comes while no read is waiting
+    // (a connection that breaks while the file is being opened) from becoming an uncaught exception.
+    stream?.on('error', () => undefined)
     if (signal?.aborted) {
       stream?.destroy()
       throw signal.reason
     }
-    if (options.append !== true) this.#restart()
+    const chunks = stream?.[Symbol.asyncIterator]()
+    // The first read starts before the file is opened: when a connection breaks right after its
+    // headers, the bytes it delivered are lost unless someone was already reading them.
+    let read = chunks?.next()
+    read?.catch(() => undefined)
+    const append = options.append === true
+    if (!append) this.#restart()
     let out: FileHandle
     try {
-      await mkdir(path.dirname(this.path), { recursive: true })
-      out = await open(this.path, options.append === true ? 'a' : 'w')
+      out = await this.#open(append)
     } catch (err) {
       stream?.destroy()
       throw err
@@ -100,26 +109,24 @@ export class FileDownload {
     const stop = signal === undefined ? stalled.signal : AbortSignal.any([signal, stalled.signal])
     // Raced against every read: some streams only notice a destroy() once their source speaks again.
     const stopped = new Promise<never>((_resolve, reject) => {
-      stop.addEventListener('abort', () => reject(stop.reason as Error), { once: true })
+      const fail = () => reject(stop.reason as Error)
+      // The signal may have fired while the file was being opened.
+      if (stop.aborted) fail()
+      else stop.addEventListener('abort', fail, { once: true })
     })
     stopped.catch(() => undefined)
     let timer: NodeJS.Timeout | undefined
-    // Armed only while waiting for the network, so a slow disk is not mistaken for a stalled body.
-    const arm = () => {
-      if (idleMs !== undefined) timer = setTimeout(() => stalled.abort(), idleMs)
-    }
     try {
-      if (stream === null) return
-      const chunks = stream[Symbol.asyncIterator]()
-      for (;;) {
-        arm()
-        const read = chunks.next()
-        read.catch(() => undefined)
+      while (chunks !== undefined && read !== undefined) {
+        // Armed only while waiting for the network, so a slow disk is not mistaken for a stall.
+        if (idleMs !== undefined) timer = setTimeout(() => stalled.abort(), idleMs)
         const next = await Promise.race([read, stopped])
         clearTimeout(timer)
         if (next.done === true) break
         await this.#append(out, next.value as Uint8Array)
         options.onProgress?.(this.#bytes)
+        read = chunks.next()
+        read.catch(() => undefined)
       }
     } catch (err) {
       if (signal?.aborted) throw signal.reason
@@ -152,6 +159,15 @@ export class FileDownload {
   async discard(): Promise<void> {
     this.#restart()
     await rm(this.path, { force: true })
+  }
+
+  /** The file, for appending or from the start; its folder is made on the first call. */
+  async #open(append: boolean): Promise<FileHandle> {
+    if (!this.#folderMade) {
+      await mkdir(path.dirname(this.path), { recursive: true })
+      this.#folderMade = true
+    }
+    return await open(this.path, append ? 'a' : 'w')
   }
 
   async #append(out: FileHandle, chunk: Uint8Array): Promise<void> {

@@ -1,6 +1,5 @@
-import { z } from '@loom/core'
+import { fetchErrorText, withRetry, z, type RetryPolicy } from '@loom/core'
 import type { HostedId } from './hosted-id.ts'
-import { withRetries, type RetryPolicy } from './retry.ts'
 
 /** A file path inside a version: `/`-separated, no empty, `.` or `..` segments, no backslashes. */
 const SAFE_PATH = /^(?!.*(^|\/)\.{1,2}(\/|$))[^/\\\x00-\x1f][^\\\x00-\x1f]*$/
@@ -64,14 +63,6 @@ export function isTransientHttpError(err: unknown): boolean {
   return err instanceof Error && err.name === 'TimeoutError'
 }
 
-/** The most specific reason an error gives: undici hides the socket error under `cause`. */
-export function errorText(err: unknown): string {
-  if (!(err instanceof Error)) return String(err)
-  const cause = err.cause
-  if (cause instanceof Error) return `${err.message} (${(cause as NodeJS.ErrnoException).code ?? cause.message})`
-  return err.message
-}
-
 /**
  * HTTP client for the hosted repository protocol (see README.md). Knows the routes, Bearer auth,
  * status mapping and retries; knows nothing about Loom errors.
@@ -110,16 +101,18 @@ export class HostedClient {
   ): Promise<MetadataOutcome> {
     const url = this.metadataUrl(id)
     try {
-      return await withRetries(
-        this.#options.retry,
-        signal,
-        isTransientHttpError,
+      return await withRetry(
         async () => {
           const attemptSignal = AbortSignal.any([signal, AbortSignal.timeout(this.#options.timeoutMs)])
           const response = await fetch(url, { headers: headersFor(token), signal: attemptSignal })
           return await readMetadata(response, token !== undefined)
         },
-        (err, attempt, waitMs) => onRetry?.(errorText(err), attempt, waitMs),
+        {
+          ...this.#options.retry,
+          signal,
+          isRetryable: isTransientHttpError,
+          onRetry: (err, attempt, waitMs) => onRetry?.(fetchErrorText(err), attempt, waitMs),
+        },
       )
     } catch (err) {
       if (signal.aborted) throw signal.reason
@@ -127,7 +120,7 @@ export class HostedClient {
       const detail =
         err instanceof Error && err.name === 'TimeoutError'
           ? `GET ${url.pathname} took longer than ${this.#options.timeoutMs} ms`
-          : `GET ${url.pathname} ${errorText(err)}`
+          : `GET ${url.pathname} ${fetchErrorText(err)}`
       throw new HostedUnavailableError(detail, { cause: err })
     }
   }

@@ -1,32 +1,32 @@
-import { createHash, type Hash } from 'node:crypto'
-import { mkdir, open } from 'node:fs/promises'
+import { createHash } from 'node:crypto'
 import path from 'node:path'
-import { Readable } from 'node:stream'
-import type { ReadableStream as WebReadableStream } from 'node:stream/web'
 import {
+  DownloadCheckError,
+  FileDownload,
   LoomError,
+  fetchErrorText,
+  hasAdapterConfig,
+  untilAborted,
+  withRetry,
   type AdapterFileInfo,
   type AdapterRef,
   type AdapterSource,
   type Logger,
   type ResolvedAdapter,
+  type RetryPolicy,
   type SourceContext,
 } from '@loom/core'
 import {
   HostedUnavailableError,
   TransientStatusError,
-  errorText,
   isTransientHttpError,
   type HostedClient,
   type VersionDocument,
 } from './hosted-client.ts'
 import { parseHostedId, type HostedId } from './hosted-id.ts'
-import { withRetries, type RetryPolicy } from './retry.ts'
 
 /** Statuses of a version that is still on its way to `completed`: retry later. */
 const IN_PROGRESS = new Set(['pending', 'queued', 'training', 'stopping'])
-/** Files whose presence makes a version an adapter: LoRA or Medusa. */
-const MARKERS = ['adapter_config.json', 'config.json']
 
 export interface HostedSourceOptions {
   /** The `adapter_source` code (`pbase` by default). */
@@ -132,7 +132,7 @@ export class HostedAdapterSource implements AdapterSource {
         detail: `asked for version ${id.version}, the repository answered version ${doc.version}`,
       })
     }
-    if (!doc.files.some((f) => MARKERS.includes(f.path))) {
+    if (!hasAdapterConfig(doc.files.map((f) => f.path))) {
       throw new LoomError('adapter_invalid', {
         id: adapterId,
         detail: `version ${doc.version} has neither adapter_config.json (LoRA) nor config.json (Medusa)`,
@@ -183,23 +183,27 @@ export class HostedAdapterSource implements AdapterSource {
     signal: AbortSignal,
     logger: Logger,
   ): Promise<void> {
-    const target = path.join(destDir, ...file.path.split('/'))
-    await mkdir(path.dirname(target), { recursive: true })
-    let written = 0
-    let hash: Hash = createHash('sha256')
+    const download = new FileDownload(path.join(destDir, ...file.path.split('/')), {
+      ...(file.size === undefined ? {} : { size: file.size }),
+      ...(file.sha256 === undefined ? {} : { sha256: file.sha256 }),
+      name: file.path,
+    })
     const failed = (detail: string, cause?: unknown) =>
       new LoomError('adapter_download_failed', { id: adapterId, source: this.name, detail }, { cause })
-    await withRetries(
-      this.#options.retry,
-      signal,
-      isTransientHttpError,
+    const checkFailed = (err: DownloadCheckError) =>
+      failed(
+        err.check === 'sha256'
+          ? `${file.path} has SHA-256 ${err.actual}, the repository listed ${err.expected}`
+          : err.message,
+      )
+    await withRetry(
       async () => {
         const response = await this.#options.client.openFile(
           pinned.repo,
           pinned.version,
           file.path,
           token,
-          written,
+          download.bytes,
           signal,
         )
         const status = response.status
@@ -211,49 +215,40 @@ export class HostedAdapterSource implements AdapterSource {
           throw failed(`${file.path} answered HTTP ${status}`)
         }
         // A server that ignores Range sends the whole file again: start over.
-        const append = status === 206 && (response.headers.get('content-range') ?? '').startsWith(`bytes ${written}-`)
-        if (!append) {
-          written = 0
-          hash = createHash('sha256')
-        }
-        const out = await open(target, append ? 'a' : 'w')
-        try {
-          if (response.body !== null) {
-            // Chunk by chunk, so `written` and the hash match the disk exactly when the body breaks.
-            for await (const chunk of Readable.fromWeb(response.body as WebReadableStream<Uint8Array>)) {
-              await out.write(chunk as Buffer)
-              hash.update(chunk as Buffer)
-              written += (chunk as Buffer).length
-            }
-          }
-        } finally {
-          await out.close()
-        }
+        const append =
+          status === 206 && (response.headers.get('content-range') ?? '').startsWith(`bytes ${download.bytes}-`)
+        await download.write(response, { append, signal })
       },
-      (err, attempt, waitMs) =>
-        logger.warn(
-          {
-            source: this.name,
-            adapter: adapterId,
-            file: file.path,
-            bytes: written,
-            attempt,
-            waitMs,
-            reason: errorText(err),
-          },
-          'hosted download broke; retrying',
-        ),
-    ).catch((err: unknown) => {
+      {
+        ...this.#options.retry,
+        signal,
+        isRetryable: isTransientHttpError,
+        onRetry: (err, attempt, waitMs) =>
+          logger.warn(
+            {
+              source: this.name,
+              adapter: adapterId,
+              file: file.path,
+              bytes: download.bytes,
+              attempt,
+              waitMs,
+              reason: fetchErrorText(err),
+            },
+            'hosted download broke; retrying',
+          ),
+      },
+    ).catch(async (err: unknown) => {
+      await download.discard()
       if (signal.aborted) throw signal.reason
       if (err instanceof LoomError) throw err
-      throw failed(`${file.path}: ${errorText(err)}`, err)
+      if (err instanceof DownloadCheckError) throw checkFailed(err)
+      throw failed(`${file.path}: ${fetchErrorText(err)}`, err)
     })
-    if (file.size !== undefined && written !== file.size) {
-      throw failed(`${file.path} has ${written} bytes, expected ${file.size}`)
-    }
-    const digest = hash.digest('hex')
-    if (file.sha256 !== undefined && digest !== file.sha256) {
-      throw failed(`${file.path} has SHA-256 ${digest}, the repository listed ${file.sha256}`)
+    try {
+      download.verify()
+    } catch (err) {
+      await download.discard()
+      throw checkFailed(err as DownloadCheckError)
     }
   }
 }
@@ -268,22 +263,4 @@ export function deniedError(id: string, reason: 'missing' | 'invalid' | 'forbidd
     })
   }
   return new LoomError('auth_forbidden', { id, detail: 'the hosted repository denies it access to this adapter' })
-}
-
-/** Wait for `promise`, but give up as soon as `signal` aborts (the shared work goes on for others). */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort)
-        resolve(value)
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort)
-        reject(err)
-      },
-    )
-  })
 }
