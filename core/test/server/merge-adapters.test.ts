@@ -178,7 +178,11 @@ t.test('merged adapters over HTTP', async (t) => {
         parameters: { max_new_tokens: 10, details: true, decoder_input_details: true, ...parameters },
       },
     })
-    return { status: res.statusCode, body: res.json() as { generated_text: string; details: Details; error?: string } }
+    return {
+      status: res.statusCode,
+      headers: res.headers,
+      body: res.json() as { generated_text: string; details: Details; error?: string },
+    }
   }
   const generate = async (t: Test, parameters: Record<string, unknown>, inputs?: string) => {
     const res = await post(test, parameters, inputs)
@@ -195,6 +199,12 @@ t.test('merged adapters over HTTP', async (t) => {
     const worst = logprobs(got).reduce((m, lp, i) => Math.max(m, Math.abs(lp - logprobs(want)[i]!)), 0)
     t.ok(worst <= tol, `${label}: prompt and generated logprobs agree (max diff ${worst})`)
   }
+
+  t.test('a merged response names its inputs in x-adapter-id, as LoRAX does', async (t) => {
+    const res = await post(test, { merged_adapters: { ids: ['a', 'b'], weights: [0.5, 0.5] } })
+    t.equal(res.headers['x-adapter-id'], 'a,b')
+    t.equal(res.headers['x-adapter-source'], 'local')
+  })
 
   t.test('linear (0.5, 0.5) equals the adapter merged offline by the same formula', async (t) => {
     const merged = await generate(t, { merged_adapters: { ids: ['a', 'b'], weights: [0.5, 0.5] } })

@@ -36,9 +36,12 @@ function fullText(request: NativeGenerateRequest, result: GenerationResult): str
 function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeGenerateRequest): void {
   reply.header('x-model-id', deps.modelId)
   const adapter = request.generation.adapter
-  if (adapter) {
-    reply.header('x-adapter-id', adapter.id)
-    reply.header('x-adapter-source', adapter.source)
+  const merged = request.generation.mergedAdapters?.inputs
+  // LoRAX names every adapter a response used: one id, or the merge inputs comma-joined.
+  const used = adapter ? [adapter] : (merged ?? [])
+  if (used.length > 0) {
+    reply.header('x-adapter-id', used.map((a) => a.id).join(','))
+    reply.header('x-adapter-source', [...new Set(used.map((a) => a.source))].join(','))
   }
 }
 
