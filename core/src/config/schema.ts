@@ -69,6 +69,29 @@ export const AdaptersSchema = z
   })
   .prefault({})
 
+/** Medusa speculative decoding (issue 7). */
+export const SpeculationSchema = z
+  .strictObject({
+    /**
+     * Default Medusa heads, loaded at startup and used by every request (LoRAX: a Medusa
+     * `--adapter-id`). Per-request Medusa adapters are accepted only when this is set.
+     */
+    medusa_adapter: z
+      .strictObject({ id: z.string().min(1), source: z.string().min(1).optional() })
+      .nullable()
+      .default(null),
+    /** The sparse candidate tree (Medusa's `medusa_choices`); default: 25 candidates, depth 4. */
+    medusa_choices: z
+      .array(z.array(z.number().int().min(0).max(1023)).min(1))
+      .min(1)
+      .optional(),
+    /** No speculation in a step with more running sequences than this. */
+    max_batch_size: z.number().int().min(0).default(32),
+    /** Most candidate tokens verified per step, over all rows. */
+    max_tokens: z.number().int().min(0).default(256),
+  })
+  .prefault({})
+
 export const PluginEntrySchema = z.strictObject({
   /** A workspace package, an installed npm package, or a path relative to the config file. */
   use: z.string().min(1),
@@ -81,6 +104,7 @@ export const ConfigSchema = z.strictObject({
   model: ModelSchema,
   limits: LimitsSchema,
   adapters: AdaptersSchema,
+  speculation: SpeculationSchema,
   plugins: z.array(PluginEntrySchema).min(1),
 })
 

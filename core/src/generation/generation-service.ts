@@ -5,6 +5,7 @@ import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Tokenizer } from '../contracts/tokenizer.ts'
 import type { AdapterManager } from '../adapters/adapter-manager.ts'
 import { LoomError, fieldError } from '../errors/index.ts'
+import { resolveSpeculator } from '../engine/medusa/speculator-rules.ts'
 import type { ChatTemplates } from '../templates/chat-templates.ts'
 import type { GenerationRequest, RequestLimits } from './generation-request.ts'
 import { StopSequenceMatcher } from './stop-sequences.ts'
@@ -65,6 +66,8 @@ export interface GenerationServiceDeps {
   /** End-of-sequence ids from `generation_config.json`. */
   readonly eosTokenIds: readonly number[]
   readonly constraints: TokenConstraintFactory | null
+  /** Medusa heads every request speculates with (`speculation.medusa_adapter`), or null. */
+  readonly defaultSpeculator: AdapterHandle | null
 }
 
 let nextRequestId = 0
@@ -127,7 +130,11 @@ export class GenerationService {
     const constraint = request.responseFormat === null ? null : await this.#constraint(request)
 
     await authorized
-    const adapter = (await loaded)?.handle ?? null
+    const acquiredHandle = (await loaded)?.handle ?? null
+    // An `adapter_id` naming Medusa heads replaces the default heads; the request then runs the base model.
+    const medusa = acquiredHandle?.kind === 'medusa' ? acquiredHandle : null
+    const adapter = medusa === null ? acquiredHandle : null
+    const speculator = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
     const sampled = request.sampling.temperature > 0
     const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE()
     const backendRequest: BackendRequest = {
@@ -137,7 +144,7 @@ export class GenerationService {
       sampling: { ...request.sampling, seed },
       eosTokenIds: request.ignoreEos ? [] : this.#deps.eosTokenIds,
       adapter,
-      speculator: null,
+      speculator,
       constraint,
       topLogprobs: request.topLogprobs,
       prefillLogprobs: request.prefillLogprobs,

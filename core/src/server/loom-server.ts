@@ -3,11 +3,12 @@ import { AdapterCache } from '../adapters/adapter-cache.ts'
 import { AdapterManager, type KnownAdapter } from '../adapters/adapter-manager.ts'
 import { AuthGate } from '../adapters/auth-gate.ts'
 import { readLoraAdapter } from '../adapters/read-lora.ts'
+import { readMedusaAdapter } from '../adapters/read-medusa.ts'
 import { warnOnOtherBaseModel } from '../adapters/check-base-model.ts'
 import type { ValidConfig } from '../config/index.ts'
 import { createServerContainer, type ServerContainer } from '../container/index.ts'
 import type { Backend } from '../contracts/backend.ts'
-import type { LocalAdapter } from '../contracts/adapter.ts'
+import type { AdapterHandle, LocalAdapter } from '../contracts/adapter.ts'
 import type { ModelSpec } from '../contracts/step-runner.ts'
 import { TokenizerLoader, type Tokenizer } from '../contracts/tokenizer.ts'
 import { TemplateEngine } from '../contracts/template-engine.ts'
@@ -50,10 +51,7 @@ function adapterReader(config: ValidConfig, logger: LoomLogger) {
       await warnOnOtherBaseModel(adapter.dir, adapter.resolved.id, config.model, logger)
       return weights
     }
-    throw new LoomError('adapter_invalid', {
-      id: adapter.resolved.id,
-      detail: 'Medusa adapters are not supported by this server yet',
-    })
+    return readMedusaAdapter(adapter.dir, adapter.resolved.id, spec)
   }
 }
 
@@ -123,6 +121,11 @@ export class LoomServer {
               readAdapter: adapterReader(config, logger.child({ component: 'adapters' })),
               hostCacheBytes: config.adapters.host_cache_mb * 1024 * 1024,
               adapterLoadTimeoutMs: config.adapters.slot_wait_s * 1000,
+              speculation: {
+                ...(config.speculation.medusa_choices ? { choices: config.speculation.medusa_choices } : {}),
+                maxBatchSize: config.speculation.max_batch_size,
+                maxTokens: config.speculation.max_tokens,
+              },
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),
             })
@@ -196,7 +199,24 @@ export class LoomServer {
       eosTokenIds,
     })
     this.#closeHooks.push(() => constraints.close())
+    // The default Medusa heads, loaded before the routes open (fetched with the server's own credentials).
+    let defaultSpeculator: AdapterHandle | null = null
+    const medusa = config.speculation.medusa_adapter
+    if (medusa !== null) {
+      const id = medusa.id
+      if (!this.backend.capabilities().medusa) {
+        throw new LoomError('adapter_invalid', { id, detail: 'this backend cannot run Medusa heads' })
+      }
+      const ref = { source: medusa.source ?? config.adapters.default_source, id }
+      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
+      if (handle.kind !== 'medusa') {
+        throw new LoomError('adapter_invalid', { id, detail: 'speculation.medusa_adapter is not a Medusa adapter' })
+      }
+      defaultSpeculator = handle
+      this.logger.info({ adapter: handle.key, heads: handle.size }, 'default Medusa adapter loaded')
+    }
     const generation = new GenerationService({
+      defaultSpeculator,
       backend: this.backend,
       tokenizer: this.#tokenizer,
       adapters,
