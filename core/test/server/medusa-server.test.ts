@@ -5,7 +5,6 @@ import t from 'tap'
 import { stringify } from 'yaml'
 import { buildLoraAdapter, buildModel, ReferenceModel } from '@loom/testkit'
 import { loadConfig } from '../../src/config/index.ts'
-import { ConfigSchema } from '../../src/config/schema.ts'
 import { LoomServer } from '../../src/server/loom-server.ts'
 import { buildMedusaAdapter } from '../engine/medusa-fixtures.ts'
 
@@ -16,9 +15,7 @@ import { buildMedusaAdapter } from '../engine/medusa-fixtures.ts'
  * accepted, one with another head count is `medusa_heads_mismatch`, and any per-request Medusa
  * adapter on a server without a default is `medusa_no_default`.
  *
- * Needs the server wiring (config `speculation.medusa_adapter`); skipped until it lands.
  */
-const wired = 'speculation' in ConfigSchema.shape
 
 async function startServer(dir: string, modelDir: string, speculation: object | null): Promise<LoomServer> {
   await mkdir(dir, { recursive: true })
@@ -67,73 +64,69 @@ async function generate(server: LoomServer, inputs: string, parameters: object):
   return { status: 200, ids, skipped: body.details.skipped_tokens, error: null }
 }
 
-t.test(
-  'default and per-request Medusa over /generate',
-  { skip: wired ? false : 'server wiring not there yet' },
-  async (t) => {
-    const dir = t.testdir()
-    const modelDir = join(dir, 'model')
-    const config = await buildModel(modelDir, { arch: 'llama', hiddenSize: 64, numLayers: 2, seed: 31 })
-    const adapters = join(modelDir, 'adapters')
-    await buildLoraAdapter(join(adapters, 'lora'), { model: config, rank: 8, seed: 3, initScale: 0.5 })
-    const H = config.hidden_size
-    const V = config.vocab_size
-    const lm = Float32Array.from((await ReferenceModel.load(modelDir)).weight('lm_head.weight'))
-    buildMedusaAdapter(join(adapters, 'medusa-default'), {
-      hiddenSize: H,
-      vocabSize: V,
-      numHeads: 4,
-      lmHeads: [lm, lm, lm, lm],
-    })
-    buildMedusaAdapter(join(adapters, 'medusa-other'), {
-      hiddenSize: H,
-      vocabSize: V,
-      numHeads: 4,
-      blocks: 'random',
-      seed: 2,
-    })
-    buildMedusaAdapter(join(adapters, 'medusa-3'), {
-      hiddenSize: H,
-      vocabSize: V,
-      numHeads: 3,
-      blocks: 'random',
-      seed: 4,
-    })
+t.test('default and per-request Medusa over /generate', async (t) => {
+  const dir = t.testdir()
+  const modelDir = join(dir, 'model')
+  const config = await buildModel(modelDir, { arch: 'llama', hiddenSize: 64, numLayers: 2, seed: 31 })
+  const adapters = join(modelDir, 'adapters')
+  await buildLoraAdapter(join(adapters, 'lora'), { model: config, rank: 8, seed: 3, initScale: 0.5 })
+  const H = config.hidden_size
+  const V = config.vocab_size
+  const lm = Float32Array.from((await ReferenceModel.load(modelDir)).weight('lm_head.weight'))
+  buildMedusaAdapter(join(adapters, 'medusa-default'), {
+    hiddenSize: H,
+    vocabSize: V,
+    numHeads: 4,
+    lmHeads: [lm, lm, lm, lm],
+  })
+  buildMedusaAdapter(join(adapters, 'medusa-other'), {
+    hiddenSize: H,
+    vocabSize: V,
+    numHeads: 4,
+    blocks: 'random',
+    seed: 2,
+  })
+  buildMedusaAdapter(join(adapters, 'medusa-3'), {
+    hiddenSize: H,
+    vocabSize: V,
+    numHeads: 3,
+    blocks: 'random',
+    seed: 4,
+  })
 
-    const plain = await startServer(join(dir, 'plain'), modelDir, null)
-    t.teardown(() => plain.close())
-    const medusa = await startServer(join(dir, 'medusa'), modelDir, { medusa_adapter: { id: 'medusa-default' } })
-    t.teardown(() => medusa.close())
+  const plain = await startServer(join(dir, 'plain'), modelDir, null)
+  t.teardown(() => plain.close())
+  const medusa = await startServer(join(dir, 'medusa'), modelDir, { medusa_adapter: { id: 'medusa-default' } })
+  t.teardown(() => medusa.close())
 
-    const requests = Array.from({ length: 12 }, (_, i) => ({
-      inputs: `Prompt number ${i}: ${'abc '.repeat(i % 4)}`,
-      parameters: i % 2 === 0 ? {} : { adapter_id: 'lora' },
-    }))
-    const expected = await Promise.all(requests.map((r) => generate(plain, r.inputs, r.parameters)))
-    const got = await Promise.all(requests.map((r) => generate(medusa, r.inputs, r.parameters)))
-    requests.forEach((r, i) =>
-      t.same(got[i]!.ids, expected[i]!.ids, `request ${i} (${r.parameters.adapter_id ?? 'base'})`),
-    )
-    t.equal(
-      expected.reduce((n, g) => n + g.skipped, 0),
-      0,
-      'no skipped tokens without Medusa',
-    )
-    t.comment(`skipped tokens with the default Medusa: ${got.reduce((n, g) => n + g.skipped, 0)}`)
+  const requests = Array.from({ length: 12 }, (_, i) => ({
+    inputs: `Prompt number ${i}: ${'abc '.repeat(i % 4)}`,
+    parameters: i % 2 === 0 ? {} : { adapter_id: 'lora' },
+  }))
+  const expected = await Promise.all(requests.map((r) => generate(plain, r.inputs, r.parameters)))
+  const got = await Promise.all(requests.map((r) => generate(medusa, r.inputs, r.parameters)))
+  requests.forEach((r, i) =>
+    t.same(got[i]!.ids, expected[i]!.ids, `request ${i} (${r.parameters.adapter_id ?? 'base'})`),
+  )
+  t.equal(
+    expected.reduce((n, g) => n + g.skipped, 0),
+    0,
+    'no skipped tokens without Medusa',
+  )
+  t.comment(`skipped tokens with the default Medusa: ${got.reduce((n, g) => n + g.skipped, 0)}`)
 
-    const other = await generate(medusa, requests[0]!.inputs, { adapter_id: 'medusa-other' })
-    t.equal(other.status, 200, 'per-request Medusa with the default head count')
-    t.same(other.ids, expected[0]!.ids, 'and still lossless')
+  const other = await generate(medusa, requests[0]!.inputs, { adapter_id: 'medusa-other' })
+  t.equal(other.status, 200, 'per-request Medusa with the default head count')
+  t.same(other.ids, expected[0]!.ids, 'and still lossless')
 
-    const mismatch = await generate(medusa, 'x', { adapter_id: 'medusa-3' })
-    t.equal(mismatch.status, 422)
-    t.match(mismatch.error, {
-      error_type: 'load_adapter',
-      error: /`medusa-3` has 3 heads; .* the 4 heads of the default/,
-    })
+  const mismatch = await generate(medusa, 'x', { adapter_id: 'medusa-3' })
+  t.equal(mismatch.status, 422)
+  t.match(mismatch.error, {
+    error_type: 'load_adapter',
+    error: /`medusa-3` has 3 heads; .* the 4 heads of the default/,
+  })
 
-    const noDefault = await generate(plain, 'x', { adapter_id: 'medusa-other' })
-    t.equal(noDefault.status, 422)
-    t.match(noDefault.error, { error_type: 'load_adapter', error: /without a default Medusa adapter/ })
-  },
-)
+  const noDefault = await generate(plain, 'x', { adapter_id: 'medusa-other' })
+  t.equal(noDefault.status, 422)
+  t.match(noDefault.error, { error_type: 'load_adapter', error: /without a default Medusa adapter/ })
+})
