@@ -1,8 +1,14 @@
-import type { AdapterRef, AuthChecker, AuthDecision, Logger } from '@loom/core'
+import {
+  withRetry,
+  type AdapterRef,
+  type AuthChecker,
+  type AuthDecision,
+  type Logger,
+  type RetryPolicy,
+} from '@loom/core'
 import type { HubClient } from './hub-client.ts'
 import { parseHubId } from './hub-id.ts'
-import { HubRequestError } from './hub-request-error.ts'
-import { withRetries, type RetryPolicy } from './with-retries.ts'
+import { HubRequestError, isTransientHubError } from './hub-request-error.ts'
 
 export interface HubAuthCheckerOptions {
   /** The `adapter_source` code guarded. */
@@ -50,18 +56,21 @@ export class HubAuthChecker implements AuthChecker {
     }
     const { client, retry, logger } = this.#options
     const used = this.#options.tokenFor(token)
-    const onRetry = (err: HubRequestError, n: number, delayMs: number) =>
-      logger.warn({ source: this.source, repo, retry: n, delayMs, reason: err.message }, 'retrying authorization check')
+    const retrying = {
+      ...retry,
+      signal,
+      isRetryable: isTransientHubError,
+      onRetry: (err: unknown, n: number, delayMs: number) =>
+        logger.warn(
+          { source: this.source, repo, retry: n, delayMs, reason: (err as Error).message },
+          'retrying authorization check',
+        ),
+    }
     try {
-      const facts = await withRetries(retry, signal, () => client.modelInfo(repo, revision, used, signal), onRetry)
+      const facts = await withRetry(() => client.modelInfo(repo, revision, used, signal), retrying)
       if (facts.gated !== false) {
         // Gated repos show their metadata to everyone; the files are what needs access.
-        await withRetries(
-          retry,
-          signal,
-          () => client.probeFiles(repo, facts.sha, 'adapter_config.json', used, signal),
-          onRetry,
-        )
+        await withRetry(() => client.probeFiles(repo, facts.sha, 'adapter_config.json', used, signal), retrying)
       }
       return ALLOWED
     } catch (err) {

@@ -1,5 +1,6 @@
 import { HubApiError, InvalidApiResponseFormatError, modelInfo, pathsInfo } from '@huggingface/hub'
-import { HubRequestError, networkReason } from './hub-request-error.ts'
+import { fetchErrorText } from '@loom/core'
+import { HubRequestError } from './hub-request-error.ts'
 
 /** What model info says about a repo at one revision. */
 export interface RepoFacts {
@@ -93,7 +94,7 @@ export class HubClient {
     } catch (err) {
       if (err instanceof HubRequestError) throw err
       if (signal.aborted) throw signal.reason
-      throw new HubRequestError('network', `GET ${path}: ${networkReason(err)}`, { cause: err })
+      throw new HubRequestError('network', `GET ${path}: ${fetchErrorText(err)}`, { cause: err })
     }
   }
 
@@ -142,7 +143,7 @@ export class HubClient {
       if (err instanceof InvalidApiResponseFormatError || err instanceof SyntaxError) {
         throw new HubRequestError('format', `${what}: unexpected answer (${err.message})`)
       }
-      throw new HubRequestError('network', `${what}: ${networkReason(err)}`, { cause: err })
+      throw new HubRequestError('network', `${what}: ${fetchErrorText(err)}`, { cause: err })
     }
   }
 }

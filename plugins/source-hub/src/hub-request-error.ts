@@ -33,10 +33,7 @@ export class HubRequestError extends Error {
   }
 }
 
-/** The most specific reason a fetch failure gives: undici hides the socket error under `cause`. */
-export function networkReason(err: unknown): string {
-  if (!(err instanceof Error)) return String(err)
-  const cause = err.cause
-  if (cause instanceof Error) return `${err.message} (${(cause as NodeJS.ErrnoException).code ?? cause.message})`
-  return err.message
+/** Whether `withRetry` should try again: a transient `HubRequestError`; anything else is a bug or final. */
+export function isTransientHubError(err: unknown): boolean {
+  return err instanceof HubRequestError && err.transient
 }

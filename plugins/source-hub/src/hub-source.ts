@@ -1,31 +1,23 @@
 import { createHash } from 'node:crypto'
 import {
+  ADAPTER_FILE_NAMES,
   LoomError,
+  pickAdapterFiles,
+  untilAborted,
+  withRetry,
   type AdapterFileInfo,
+  type AdapterFilesProblem,
   type AdapterRef,
   type AdapterSource,
   type Logger,
   type ResolvedAdapter,
+  type RetryPolicy,
   type SourceContext,
 } from '@loom/core'
 import { downloadFile } from './download-file.ts'
 import type { HubClient, HubPath } from './hub-client.ts'
 import { parseHubId, type HubId } from './hub-id.ts'
-import { HubRequestError } from './hub-request-error.ts'
-import { withRetries, type RetryPolicy } from './with-retries.ts'
-
-/** Files an adapter repo may hold that the runtime reads (LoRA, Medusa, tokenizer). Nothing else is fetched. */
-export const ADAPTER_FILES = [
-  'adapter_config.json',
-  'adapter_model.safetensors',
-  'adapter_model.bin',
-  'config.json',
-  'medusa_lm_head.safetensors',
-  'model.safetensors',
-  'tokenizer.json',
-  'tokenizer_config.json',
-  'special_tokens_map.json',
-] as const
+import { HubRequestError, isTransientHubError } from './hub-request-error.ts'
 
 /** Resolutions pinned by sha never change; this many are remembered. */
 const PINNED_CACHE_SIZE = 256
@@ -83,7 +75,7 @@ export class HubAdapterSource implements AdapterSource {
       )
       this.#inflight.set(flightKey, flight)
     }
-    const resolved = await raceAbort(flight, ctx.signal)
+    const resolved = await untilAborted(flight, ctx.signal)
     if (id.revision === resolved.revision) this.#remember(key, resolved)
     return resolved
   }
@@ -97,12 +89,15 @@ export class HubAdapterSource implements AdapterSource {
     for (const file of resolved.files) {
       const target = { repo: resolved.id, sha: resolved.revision, file, destDir }
       try {
-        await withRetries(
-          this.#options.retry,
-          ctx.signal,
+        await withRetry(
           () => downloadFile(this.#options.client, target, token, ctx.signal, this.#options.timeoutMs, log),
-          (err, retry, delayMs) =>
-            log.warn({ file: file.path, retry, delayMs, reason: err.message }, 'retrying download'),
+          {
+            ...this.#options.retry,
+            signal: ctx.signal,
+            isRetryable: isTransientHubError,
+            onRetry: (err, retry, delayMs) =>
+              log.warn({ file: file.path, retry, delayMs, reason: (err as Error).message }, 'retrying download'),
+          },
         )
       } catch (err) {
         throw this.#downloadError(resolved.id, token !== undefined, err)
@@ -120,17 +115,30 @@ export class HubAdapterSource implements AdapterSource {
   ): Promise<ResolvedAdapter> {
     const { client } = this.#options
     const retry = <T>(what: string, call: () => Promise<T>) =>
-      withRetries(this.#options.retry, signal, call, (err, n, delayMs) =>
-        logger.warn({ source: this.name, repo: id.repo, retry: n, delayMs, reason: err.message }, `retrying ${what}`),
-      )
+      withRetry(call, {
+        ...this.#options.retry,
+        signal,
+        isRetryable: isTransientHubError,
+        onRetry: (err, n, delayMs) =>
+          logger.warn(
+            { source: this.name, repo: id.repo, retry: n, delayMs, reason: (err as Error).message },
+            `retrying ${what}`,
+          ),
+      })
     try {
       const facts = await retry('model info', () => client.modelInfo(id.repo, id.revision, token, signal))
-      const listed = await retry('file list', () => client.pathsInfo(id.repo, facts.sha, ADAPTER_FILES, token, signal))
+      const listed = await retry('file list', () =>
+        client.pathsInfo(id.repo, facts.sha, ADAPTER_FILE_NAMES, token, signal),
+      )
       const files = chooseFiles(listed)
-      if (!files.some((f) => f.path === 'adapter_config.json' || f.path === 'config.json')) {
+      if ('problem' in files) {
+        const commit = `the repository (commit ${facts.sha.slice(0, 12)})`
         throw new LoomError('adapter_invalid', {
           id: requested,
-          detail: `the repository (commit ${facts.sha.slice(0, 12)}) has neither adapter_config.json (LoRA) nor config.json (Medusa)`,
+          detail:
+            files.problem === 'no_config'
+              ? `${commit} has neither adapter_config.json (LoRA) nor config.json (Medusa)`
+              : `${commit}: ${files.detail}`,
         })
       }
       logger.debug({ source: this.name, repo: id.repo, revision: facts.sha, files: files.length }, 'adapter resolved')
@@ -182,35 +190,16 @@ function authError(id: string, hadToken: boolean, err: HubRequestError): LoomErr
   return null
 }
 
-/** The listed files the runtime needs: safetensors weights win over `.bin`; `model.safetensors` only for Medusa. */
-export function chooseFiles(listed: readonly HubPath[]): AdapterFileInfo[] {
+/**
+ * The listed files the runtime needs, by the core's rule (`pickAdapterFiles`: safetensors over
+ * `.bin`, Medusa weights only with `config.json`), with the sizes and LFS sha256 the hub reported.
+ */
+export function chooseFiles(listed: readonly HubPath[]): AdapterFileInfo[] | AdapterFilesProblem {
   const present = new Map(listed.filter((p) => p.type === 'file').map((p) => [p.path, p]))
-  if (present.has('adapter_model.safetensors')) present.delete('adapter_model.bin')
-  if (present.has('adapter_config.json') || !present.has('config.json')) present.delete('model.safetensors')
-  return ADAPTER_FILES.flatMap((name) => {
-    const p = present.get(name)
-    if (!p) return []
-    return [
-      p.lfsSha256 === undefined ? { path: name, size: p.size } : { path: name, size: p.size, sha256: p.lfsSha256 },
-    ]
-  })
-}
-
-/** `promise`, or the abort reason as soon as `signal` aborts. */
-function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason)
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason)
-    signal.addEventListener('abort', onAbort, { once: true })
-    promise.then(
-      (value) => {
-        signal.removeEventListener('abort', onAbort)
-        resolve(value)
-      },
-      (err: unknown) => {
-        signal.removeEventListener('abort', onAbort)
-        reject(err)
-      },
-    )
+  const picked = pickAdapterFiles(present.keys())
+  if ('problem' in picked) return picked
+  return picked.files.map((name) => {
+    const p = present.get(name) as HubPath
+    return p.lfsSha256 === undefined ? { path: name, size: p.size } : { path: name, size: p.size, sha256: p.lfsSha256 }
   })
 }

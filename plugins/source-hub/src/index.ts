@@ -30,7 +30,8 @@ export default definePlugin({
     const fallback = globalTokenEnabled(options.use_global_token, process.env)
     const globalToken = fallback ? readGlobalToken(process.env) : undefined
     const tokenFor = (token: string | undefined) => token ?? globalToken
-    const retry = { retries: options.retries, baseDelayMs: 250 }
+    // `retries` counts the tries after the first; waits from 250 ms, ±20%, at most 5 s.
+    const retry = { attempts: options.retries + 1, baseMs: 250, maxMs: 5_000, jitter: 0.2 }
     const host = new URL(client.hubUrl).host
     if (fallback && globalToken === undefined) {
       ctx.logger.warn(
