@@ -47,6 +47,15 @@ export interface RequestTimings {
   readonly maxNewTokens?: number
 }
 
+/** Speculative-decoding counters since start, read on every scrape (the engine's `speculationStats()`). */
+export interface SpeculationSample {
+  readonly verifySteps: number
+  readonly acceptedTokens: number
+  readonly candidateTokens: number
+  readonly acceptedHistogram: readonly number[]
+  readonly heads: readonly { readonly proposed: number; readonly accepted: number }[]
+}
+
 export interface CreateMetricsOptions {
   /**
    * Read the backend's counters for the gauges (`loom_batch_current_size`, `loom_queue_length`,
@@ -54,6 +63,8 @@ export interface CreateMetricsOptions {
    * there is nothing to report (the model is still loading): the gauges then read 0.
    */
   readonly sample?: () => GaugeSample | undefined
+  /** Read the Medusa counters for `loom_speculation_*`; undefined when the backend does not speculate. */
+  readonly speculation?: () => SpeculationSample | undefined
 }
 
 /**
@@ -211,6 +222,7 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
       ['source'],
     ),
   }
+  registerSpeculationMetrics(registry, options.speculation)
 
   const m = instruments
   return {
@@ -246,5 +258,77 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
       m.batchInferenceDuration.observe({ method }, durationS)
       m.batchNextSize.observe(size)
     },
+  }
+}
+
+/**
+ * `loom_speculation_*`: Medusa verification steps, tokens accepted per step (as a distribution and
+ * a mean) and acceptance per head. The engine keeps the counts; they are copied in at scrape time.
+ */
+function registerSpeculationMetrics(registry: Registry, read: (() => SpeculationSample | undefined) | undefined): void {
+  if (!read) return
+  const copy = (counter: Counter<string>, labels: Record<string, string>, value: number) => {
+    counter.inc(labels, value)
+  }
+  new Counter({
+    name: 'loom_speculation_verify_steps',
+    help: 'Medusa verification rows run (one per speculating sequence per step)',
+    registers: [registry],
+    collect() {
+      this.reset()
+      copy(this, {}, read()?.verifySteps ?? 0)
+    },
+  })
+  new Counter({
+    name: 'loom_speculation_accepted_tokens',
+    help: 'Candidate tokens accepted by Medusa verification (reported as skipped tokens)',
+    registers: [registry],
+    collect() {
+      this.reset()
+      copy(this, {}, read()?.acceptedTokens ?? 0)
+    },
+  })
+  new Counter({
+    name: 'loom_speculation_candidate_tokens',
+    help: 'Candidate tokens fed for Medusa verification',
+    registers: [registry],
+    collect() {
+      this.reset()
+      copy(this, {}, read()?.candidateTokens ?? 0)
+    },
+  })
+  new Counter({
+    name: 'loom_speculation_steps_by_accepted',
+    help: 'Verification rows by the number of candidates they accepted',
+    labelNames: ['accepted'],
+    registers: [registry],
+    collect() {
+      this.reset()
+      for (const [k, n] of (read()?.acceptedHistogram ?? []).entries()) copy(this, { accepted: String(k) }, n)
+    },
+  })
+  new Gauge({
+    name: 'loom_speculation_mean_accepted_per_step',
+    help: 'Mean candidates accepted per verification row since start',
+    registers: [registry],
+    collect() {
+      const s = read()
+      this.set(s && s.verifySteps > 0 ? s.acceptedTokens / s.verifySteps : 0)
+    },
+  })
+  for (const [name, pick] of [
+    ['loom_speculation_head_proposed', (h: { proposed: number }) => h.proposed],
+    ['loom_speculation_head_accepted', (h: { accepted: number }) => h.accepted],
+  ] as const) {
+    new Counter({
+      name,
+      help: `Per Medusa head (0 = the token two ahead): verification rows whose tree / accepted path reached it`,
+      labelNames: ['head'],
+      registers: [registry],
+      collect() {
+        this.reset()
+        for (const [h, head] of (read()?.heads ?? []).entries()) copy(this, { head: String(h) }, pick(head as never))
+      },
+    })
   }
 }

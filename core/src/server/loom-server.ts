@@ -130,7 +130,10 @@ export class LoomServer {
               name: shortName(runnerPlugin ?? 'step-runner'),
             })
       let server: LoomServer | null = null
-      const metrics = createMetrics({ sample: () => (server?.serving ? backend.stats() : undefined) })
+      const metrics = createMetrics({
+        sample: () => (server?.serving ? backend.stats() : undefined),
+        speculation: backend instanceof BatchingEngine ? () => backend.speculationStats() : undefined,
+      })
       const app = await createHttpApp({
         config: { bodyLimit: config.server.body_limit },
         isReady: () => (server?.serving ?? null) !== null,

@@ -114,6 +114,11 @@ t.test('default and per-request Medusa over /generate', async (t) => {
     'no skipped tokens without Medusa',
   )
   t.comment(`skipped tokens with the default Medusa: ${got.reduce((n, g) => n + g.skipped, 0)}`)
+  const metrics = (await medusa.server.app.inject({ method: 'GET', url: '/metrics' })).body
+  const verifySteps = Number(/^loom_speculation_verify_steps (\d+)$/m.exec(metrics)?.[1])
+  t.ok(verifySteps > 0, `/metrics counts verification steps (${verifySteps})`)
+  t.match(metrics, /^loom_speculation_head_proposed\{head="0"\} [1-9]\d*$/m, 'and per-head proposals')
+  t.match(metrics, /^loom_speculation_mean_accepted_per_step \d/m)
 
   const other = await generate(medusa, requests[0]!.inputs, { adapter_id: 'medusa-other' })
   t.equal(other.status, 200, 'per-request Medusa with the default head count')
