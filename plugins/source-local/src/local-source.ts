@@ -1,26 +1,21 @@
 import { createHash } from 'node:crypto'
 import { readdir, realpath, stat } from 'node:fs/promises'
 import { isAbsolute, join, relative, resolve, sep } from 'node:path'
-import { LoomError, type AdapterRef, type AdapterSource, type ResolvedAdapter } from '@loom/core'
-
-/** Files the runtime may read from an adapter directory; anything else is left alone. */
-const KNOWN_FILES = [
-  'adapter_config.json',
-  'adapter_model.safetensors',
-  'adapter_model.bin',
-  'config.json',
-  'medusa_lm_head.safetensors',
-  'model.safetensors',
-  'tokenizer.json',
-  'tokenizer_config.json',
-  'special_tokens_map.json',
-]
+import {
+  ADAPTER_FILE_NAMES,
+  LoomError,
+  hasAdapterConfig,
+  type AdapterRef,
+  type AdapterSource,
+  type ResolvedAdapter,
+} from '@loom/core'
 
 /**
  * Adapters in directories on this machine. An id is a directory, absolute or relative to the first
  * root; after following symlinks it must lie inside one of the configured roots, so `..` or a link
- * cannot reach the rest of the disk. The revision is a hash of the known files' names, sizes and
- * modification times: editing an adapter in place gives it a new cache key.
+ * cannot reach the rest of the disk. The revision is a hash of the names, sizes and modification
+ * times of the files the runtime may read (the core's `ADAPTER_FILE_NAMES`; nothing is picked, as
+ * the directory is used in place): editing an adapter in place gives it a new cache key.
  */
 export class LocalAdapterSource implements AdapterSource {
   readonly name: string
@@ -36,7 +31,7 @@ export class LocalAdapterSource implements AdapterSource {
     const entries = new Set(await readdir(dir))
     const hash = createHash('sha256')
     const files = []
-    for (const name of KNOWN_FILES) {
+    for (const name of ADAPTER_FILE_NAMES) {
       if (!entries.has(name)) continue
       const info = await stat(join(dir, name))
       if (!info.isFile()) continue
@@ -57,8 +52,7 @@ export class LocalAdapterSource implements AdapterSource {
       for (const entry of entries) {
         if (!entry.isDirectory()) continue
         const dir = join(root, entry.name)
-        const files = new Set(await readdir(dir).catch(() => [] as string[]))
-        if (!files.has('adapter_config.json') && !files.has('config.json')) continue
+        if (!hasAdapterConfig(await readdir(dir).catch(() => [] as string[]))) continue
         ids.push(i === 0 ? entry.name : dir)
       }
     }
