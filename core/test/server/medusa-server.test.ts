@@ -114,7 +114,7 @@ t.test('default and per-request Medusa over /generate', async (t) => {
     'no skipped tokens without Medusa',
   )
   t.comment(`skipped tokens with the default Medusa: ${got.reduce((n, g) => n + g.skipped, 0)}`)
-  const metrics = (await medusa.server.app.inject({ method: 'GET', url: '/metrics' })).body
+  const metrics = (await medusa.app.inject({ method: 'GET', url: '/metrics' })).body
   const verifySteps = Number(/^loom_speculation_verify_steps (\d+)$/m.exec(metrics)?.[1])
   t.ok(verifySteps > 0, `/metrics counts verification steps (${verifySteps})`)
   t.match(metrics, /^loom_speculation_head_proposed\{head="0"\} [1-9]\d*$/m, 'and per-head proposals')
