@@ -1,12 +1,13 @@
 import { createHash } from 'node:crypto'
-import { createWriteStream } from 'node:fs'
-import { mkdir, stat } from 'node:fs/promises'
 import path from 'node:path'
-import { Readable } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
-import type { ReadableStream as WebReadableStream } from 'node:stream/web'
 import {
+  ADAPTER_FILE_NAMES,
+  DownloadCheckError,
   LoomError,
+  downloadFile,
+  fetchErrorText,
+  hasAdapterConfig,
+  pickAdapterFiles,
   type AdapterFileInfo,
   type AdapterRef,
   type AdapterSource,
@@ -28,9 +29,6 @@ export interface HttpFilesSourceOptions {
   readonly timeoutMs: number
 }
 
-/** Files whose presence marks an adapter: LoRA (`adapter_config.json`) or Medusa (`config.json`). */
-const MARKER_FILES = ['adapter_config.json', 'config.json']
-
 /** What a HEAD request said about one file. */
 interface Probe {
   readonly file: string
@@ -42,14 +40,17 @@ interface Probe {
 /**
  * Adapters served by a plain HTTP file server (nginx, S3 website, `python -m http.server`).
  *
- * resolve(): one HEAD request per known file name, in parallel. A 200 lists the file with its
- * `Content-Length`; a 404 means the adapter does not ship that file. The adapter exists when its
- * `adapter_config.json` (LoRA) or `config.json` (Medusa) does. The revision is a hash of every
- * listed file's ETag (or size and Last-Modified when the server sends no ETag), so a changed file
- * on the server gives a new revision and a fresh cache entry.
+ * resolve(): one HEAD request per configured file name, in parallel. A 200 means the file is
+ * there, with its `Content-Length`; a 404 means the adapter does not ship it. The adapter exists
+ * when its `adapter_config.json` (LoRA) or `config.json` (Medusa) does. Among the files the core
+ * knows, `pickAdapterFiles` (from `@loom/core`) chooses what to fetch (safetensors over `.bin`,
+ * Medusa weights only with `config.json`); names the core does not know, added to `files` by the
+ * operator, are always fetched. The revision is a hash of every listed file's ETag (or size and
+ * Last-Modified when the server sends no ETag), so a changed file on the server gives a new
+ * revision and a fresh cache entry.
  *
- * fetch(): one GET per listed file, streamed to disk, honouring `ctx.signal`; a size that differs
- * from the HEAD answer fails the download.
+ * fetch(): one GET per listed file, streamed to disk by the core's `downloadFile`, honouring
+ * `ctx.signal`; a size that differs from the HEAD answer fails the download.
  */
 export class HttpFilesSource implements AdapterSource {
   readonly name: string
@@ -65,12 +66,18 @@ export class HttpFilesSource implements AdapterSource {
     const signal = AbortSignal.any([ctx.signal, AbortSignal.timeout(this.#options.timeoutMs)])
     const probes = await Promise.all(this.#options.files.map((file) => this.#probe(ref.id, file, signal)))
     const present = probes.filter((probe): probe is Probe => probe !== null)
-    if (!present.some((probe) => MARKER_FILES.includes(probe.file))) {
+    // A file server cannot tell a missing folder from one without an adapter: both are not found.
+    if (!hasAdapterConfig(present.map((probe) => probe.file))) {
       throw new LoomError('adapter_not_found', { id: ref.id, source: this.name })
     }
+    const picked = pickAdapterFiles(present.map((probe) => probe.file))
+    if ('problem' in picked) throw new LoomError('adapter_invalid', { id: ref.id, detail: picked.detail })
+    const listed = present.filter(
+      (probe) => picked.files.includes(probe.file) || !ADAPTER_FILE_NAMES.includes(probe.file),
+    )
     const revision = createHash('sha256')
-    for (const probe of present) revision.update(`${probe.file}\0${probe.version}\n`)
-    const files: AdapterFileInfo[] = present.map((probe) =>
+    for (const probe of listed) revision.update(`${probe.file}\0${probe.version}\n`)
+    const files: AdapterFileInfo[] = listed.map((probe) =>
       probe.size === undefined ? { path: probe.file } : { path: probe.file, size: probe.size },
     )
     ctx.logger.debug({ source: this.name, id: ref.id, files: files.length }, 'adapter resolved')
@@ -80,22 +87,18 @@ export class HttpFilesSource implements AdapterSource {
   async fetch(resolved: ResolvedAdapter, destDir: string, ctx: SourceContext): Promise<void> {
     for (const file of resolved.files) {
       const target = path.join(destDir, ...file.path.split('/'))
-      await mkdir(path.dirname(target), { recursive: true })
       const response = await this.#request('GET', resolved.id, file.path, ctx.signal, 'adapter_download_failed')
       if (response.status !== 200 || response.body === null) {
         await response.body?.cancel()
         throw this.#downloadError(resolved.id, `${file.path} answered HTTP ${response.status}`)
       }
-      const body = Readable.fromWeb(response.body as WebReadableStream<Uint8Array>)
       try {
-        await pipeline(body, createWriteStream(target), { signal: ctx.signal })
+        // Creates the folder, cuts a body that outgrows the HEAD size, removes a partial file.
+        await downloadFile(response, target, { size: file.size, name: file.path, signal: ctx.signal })
       } catch (err) {
         if (ctx.signal.aborted) throw err
-        throw this.#downloadError(resolved.id, `${file.path}: ${errorText(err)}`, err)
-      }
-      const written = (await stat(target)).size
-      if (file.size !== undefined && written !== file.size) {
-        throw this.#downloadError(resolved.id, `${file.path} has ${written} bytes, expected ${file.size}`)
+        if (err instanceof DownloadCheckError) throw this.#downloadError(resolved.id, err.message)
+        throw this.#downloadError(resolved.id, `${file.path}: ${fetchErrorText(err)}`, err)
       }
     }
   }
@@ -137,7 +140,7 @@ export class HttpFilesSource implements AdapterSource {
       if (signal.aborted && !(signal.reason instanceof DOMException && signal.reason.name === 'TimeoutError')) {
         throw signal.reason
       }
-      const detail = `${method} ${file}: ${errorText(err)}`
+      const detail = `${method} ${file}: ${fetchErrorText(err)}`
       throw code === 'adapter_source_unavailable'
         ? new LoomError(code, { source: this.name, id, detail }, { cause: err })
         : this.#downloadError(id, detail, err)
@@ -147,12 +150,4 @@ export class HttpFilesSource implements AdapterSource {
   #downloadError(id: string, detail: string, cause?: unknown): LoomError {
     return new LoomError('adapter_download_failed', { id, source: this.name, detail }, { cause })
   }
-}
-
-/** The most specific reason an error gives: undici hides the socket error under `cause`. */
-function errorText(err: unknown): string {
-  if (!(err instanceof Error)) return String(err)
-  const cause = err.cause
-  if (cause instanceof Error) return `${err.message} (${(cause as NodeJS.ErrnoException).code ?? cause.message})`
-  return err.message
 }

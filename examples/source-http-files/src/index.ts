@@ -1,18 +1,6 @@
-import { AdapterSource, definePlugin, z } from '@loom/core'
+import { ADAPTER_FILE_NAMES, AdapterSource, definePlugin, z } from '@loom/core'
 import { isSafeRelativePath } from './adapter-path.ts'
 import { HttpFilesSource } from './http-files-source.ts'
-
-/** Files probed when `files` is not set: what LoRA and Medusa adapters ship, and optional tokenizer files. */
-export const DEFAULT_FILES = [
-  'adapter_config.json',
-  'adapter_model.safetensors',
-  'adapter_model.bin',
-  'config.json',
-  'medusa_lm_head.safetensors',
-  'tokenizer.json',
-  'tokenizer_config.json',
-  'special_tokens_map.json',
-] as const
 
 /** The `options:` block of this plugin. Documented in README.md. */
 export const HttpFilesOptions = z.strictObject({
@@ -20,11 +8,11 @@ export const HttpFilesOptions = z.strictObject({
   base_url: z.url({ protocol: /^https?$/ }),
   /** The `adapter_source` code requests use. */
   name: z.string().min(1).default('http-files'),
-  /** File names to look for in each adapter folder. */
+  /** File names to look for in each adapter folder; default: every file the runtime may read (the core's list). */
   files: z
     .array(z.string().refine(isSafeRelativePath, 'must be a relative path without `..`'))
     .min(1)
-    .default([...DEFAULT_FILES]),
+    .default([...ADAPTER_FILE_NAMES]),
   /** Extra request headers, e.g. `Authorization: "Bearer ${FILES_TOKEN}"`. Never logged. */
   headers: z.record(z.string(), z.string()).default({}),
   /** Time limit for resolving one adapter, in milliseconds. */
