@@ -3,6 +3,14 @@
  * that downloads adapters (hub, S3, HTTP file servers, third-party ones) applies the same rule, so
  * one adapter gives the same files whichever store it comes from.
  */
+import { MEDUSA_WEIGHT_FILES } from '../adapters/read-medusa.ts'
+
+/**
+ * Medusa weights, in the order the core's Medusa reader tries them; only the first present is
+ * fetched. `model.safetensors` counts only in a folder without `adapter_config.json`: next to a
+ * LoRA it is a merged full model, which is large and not what the runtime wants.
+ */
+export { MEDUSA_WEIGHT_FILES }
 
 /** Marks a LoRA adapter (PEFT's config). */
 export const LORA_CONFIG_FILE = 'adapter_config.json'
@@ -12,13 +20,6 @@ export const MEDUSA_CONFIG_FILE = 'config.json'
 
 /** LoRA weights, most preferred first: safetensors cannot carry code, so the `.bin` twin is never fetched. */
 export const LORA_WEIGHT_FILES = ['adapter_model.safetensors', 'adapter_model.bin'] as const
-
-/**
- * Medusa weights, most preferred first; only the first present is fetched. `model.safetensors`
- * counts only in a folder without `adapter_config.json`: next to a LoRA it is a merged full model,
- * which is large and not what the runtime wants.
- */
-export const MEDUSA_WEIGHT_FILES = ['medusa_lm_head.safetensors', 'model.safetensors', 'medusa_lm_head.bin'] as const
 
 /** The adapter's own tokenizer, fetched when present. */
 export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'] as const
