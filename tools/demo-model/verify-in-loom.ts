@@ -2,12 +2,14 @@
  * Checks an exported demo model against Loom itself: the tokenizer loads and encodes exactly as the
  * recipe's Python encoder did, and a real server (native CPU backend, local adapter source) serving
  * the folder produces, greedily, the same tokens as the PyTorch model for every prompt in the
- * recipe's report — through the base model and through each adapter.
+ * recipe's report — through the base model, each adapter, and the first adapter read from its
+ * `adapter_model.bin` — all sent at once; then again with the Medusa heads (version 2, then the
+ * version 1 copy) as the default speculative adapter, which must not change a token.
  *
  *   node --import tsx tools/demo-model/verify-in-loom.ts <model folder> <work folder>
  */
 import 'reflect-metadata'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { stringify } from 'yaml'
@@ -23,7 +25,26 @@ interface Expected {
 
 interface GenerateResponse {
   generated_text: string
-  details: { tokens: { id: number }[] }
+  details: { tokens: { id: number }[]; generated_tokens: number; skipped_tokens?: number }
+}
+
+async function generate(base: string, e: Expected): Promise<{ e: Expected; out: GenerateResponse }> {
+  const body = {
+    inputs: e.prompt,
+    parameters: {
+      max_new_tokens: e.ids.length,
+      do_sample: false,
+      details: true,
+      ...(e.adapter === null ? {} : { adapter_id: e.adapter, adapter_source: 'local' }),
+    },
+  }
+  const res = await fetch(`${base}/generate`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  })
+  if (!res.ok) throw new Error(`${res.status} ${await res.text()}`)
+  return { e, out: (await res.json()) as GenerateResponse }
 }
 
 async function main(): Promise<void> {
@@ -50,57 +71,69 @@ async function main(): Promise<void> {
 
   const eosId = tokenizer.encode(tokenizer.eosToken ?? '', { addSpecialTokens: false })[0] ?? -1
   const dir = await mkdtemp(join(tmpdir(), 'loom-demo-verify-'))
-  const yaml = {
-    server: { port: 0, host: '127.0.0.1', log_level: 'warn' },
-    model: { id: 'demo', path: modelDir },
-    limits: { max_total_tokens: 512 },
-    adapters: { default_source: 'local', cache_dir: join(dir, 'cache') },
-    plugins: [
-      { use: '@loom/backend-cuda-native', options: { device: 'cpu', threads: 2, kv_cache_tokens: 8192 } },
-      { use: '@loom/source-local', options: { roots: [join(modelDir, 'adapters')] } },
-    ],
-  }
-  await writeFile(join(dir, 'loom.yaml'), stringify(yaml))
-  const server = await LoomServer.create(await loadConfig(join(dir, 'loom.yaml')))
+  // A copy of the first adapter with only its adapter_model.bin, so the pickle reader is exercised.
+  const binAdapter = join(dir, 'bin-adapter')
+  await mkdir(binAdapter)
+  for (const f of ['adapter_config.json', 'adapter_model.bin'])
+    await copyFile(join(modelDir, 'adapters/kjv', f), join(binAdapter, f))
+  const requests = [
+    ...report.expected_greedy,
+    ...report.expected_greedy.filter((e) => e.adapter === 'kjv').map((e) => ({ ...e, adapter: binAdapter })),
+  ]
+  const runs: { label: string; medusa: string | null }[] = [
+    { label: 'plain', medusa: null },
+    { label: 'medusa v2', medusa: join(modelDir, 'medusa') },
+    { label: 'medusa v1', medusa: join(modelDir, 'medusa-v1') },
+  ]
   try {
-    const base = await server.listen({ host: '127.0.0.1', port: 0 })
-    await server.start()
-    // All at once: base and adapter rows share batches, as the demo will show.
-    const results = await Promise.all(
-      report.expected_greedy.map(async (e) => {
-        const body = {
-          inputs: e.prompt,
-          parameters: {
-            max_new_tokens: e.ids.length,
-            do_sample: false,
-            details: true,
-            ...(e.adapter === null ? {} : { adapter_id: e.adapter, adapter_source: 'local' }),
-          },
+    for (const run of runs) {
+      const yaml = {
+        server: { port: 0, host: '127.0.0.1', log_level: 'warn' },
+        model: { id: 'demo', path: modelDir },
+        limits: { max_total_tokens: 512 },
+        adapters: { default_source: 'local', cache_dir: join(dir, 'cache') },
+        speculation: { medusa_adapter: run.medusa === null ? null : { id: run.medusa, source: 'local' } },
+        plugins: [
+          { use: '@loom/backend-cuda-native', options: { device: 'cpu', threads: 2, kv_cache_tokens: 8192 } },
+          { use: '@loom/source-local', options: { roots: [join(modelDir, 'adapters'), modelDir, dir] } },
+        ],
+      }
+      await writeFile(join(dir, 'loom.yaml'), stringify(yaml))
+      const server = await LoomServer.create(await loadConfig(join(dir, 'loom.yaml')))
+      try {
+        const base = await server.listen({ host: '127.0.0.1', port: 0 })
+        await server.start()
+        // All at once: base and adapter rows share batches, as the demo will show.
+        const results = await Promise.all(requests.map((e) => generate(base, e)))
+        let generated = 0
+        let skipped = 0
+        for (const { e, out } of results) {
+          const got = out.details.tokens.map((t) => t.id)
+          const eos = e.ids.indexOf(eosId)
+          const want = eos >= 0 ? e.ids.slice(0, eos + 1) : e.ids
+          let same = 0
+          while (same < want.length && got[same] === want[same]) same++
+          const ok = same === want.length
+          if (!ok) failures++
+          generated += out.details.generated_tokens
+          skipped += out.details.skipped_tokens ?? 0
+          const who = e.adapter === binAdapter ? 'kjv (.bin)' : (e.adapter ?? 'base')
+          console.log(
+            `${run.label}: ${ok ? 'ok  ' : 'DIFF'} ${who} ${JSON.stringify(e.prompt)}: ` +
+              `${same}/${want.length} tokens as PyTorch → ${JSON.stringify(out.generated_text.slice(0, 60))}`,
+          )
         }
-        const res = await fetch(`${base}/generate`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-        })
-        if (!res.ok) throw new Error(`${res.status} ${await res.text()}`)
-        return { e, out: (await res.json()) as GenerateResponse }
-      }),
-    )
-    for (const { e, out } of results) {
-      const got = out.details.tokens.map((t) => t.id)
-      const eos = e.ids.indexOf(eosId)
-      const want = eos >= 0 ? e.ids.slice(0, eos + 1) : e.ids
-      let same = 0
-      while (same < want.length && got[same] === want[same]) same++
-      const ok = same === want.length
-      if (!ok) failures++
-      console.log(
-        `${ok ? 'ok  ' : 'DIFF'} ${e.adapter ?? 'base'} ${JSON.stringify(e.prompt)}: ` +
-          `${same}/${want.length} tokens as PyTorch → ${JSON.stringify(out.generated_text.slice(0, 70))}`,
-      )
+        if (run.medusa !== null) {
+          console.log(
+            `${run.label}: ${skipped} of ${generated} tokens came from accepted speculation ` +
+              `(${(generated / Math.max(1, generated - skipped)).toFixed(2)} tokens per step)`,
+          )
+        }
+      } finally {
+        await server.close()
+      }
     }
   } finally {
-    await server.close()
     await rm(dir, { recursive: true, force: true })
   }
   if (failures > 0) {
