@@ -41,6 +41,10 @@ inline void axpy(float a, const float* b, int64_t N, float* y) {
 }
 }  // namespace
 
+// Semantics: for seg, t in seg, r < R_seg: tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx + k] * A_seg[r, k]
+// x [T, ldx], A_seg [R_seg, K], tmp [T, ldt]. Each work item dots kRows rows of its A against up
+// to kMaxTokens tokens at a time (the matmul micro-kernel), so a prefill segment reads its A
+// once per kShrinkChunk tokens and a decode row reads it once.
 void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                             int64_t ldt) {
   // Work items encoded as segment * 2^32 + first token offset inside the segment.
@@ -81,6 +85,9 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
   });
 }
 
+// Semantics: for seg, t in seg, n < N: y[t*ldy + n] += scale_seg * Σ_r tmp[t*ldt + col_seg + r] * Bt_seg[r, n]
+// tmp [T, ldt], Bt_seg [R_seg, N], y [T, ldy]. Segments of one call cover disjoint tokens, so
+// splitting by segment never has two threads writing one y row.
 void CpuDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                             int64_t ldy) {
   if (nsegs == 0) return;

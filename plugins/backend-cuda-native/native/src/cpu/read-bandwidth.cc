@@ -51,6 +51,9 @@ float sum_slice(const float* p, int64_t n) {
 
 }  // namespace
 
+// Own pool (not the model's): the probe runs before any model is loaded and must not disturb a
+// runtime that is serving. Each repetition is one region over the whole buffer, timed from the
+// caller; the pool's start-up is excluded because the touch pass runs first.
 std::vector<double> measure_read_bandwidth(int64_t bytes, int threads, int repeats) {
   std::vector<double> out;
   // Whole 64-float units per thread, so every slice starts 256-byte aligned.
@@ -67,6 +70,7 @@ std::vector<double> measure_read_bandwidth(int64_t bytes, int threads, int repea
     split_range(n, nth, tid, unit, &b, &e);
     for (int64_t i = b; i < e; i++) buf[i] = float(i & 7) * 0.125f;
   });
+  // The sums go through a volatile so the reads cannot be optimized away.
   volatile float sink = 0;
   for (int r = 0; r < repeats; r++) {
     float sums[64] = {};

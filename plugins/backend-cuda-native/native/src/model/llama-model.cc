@@ -289,6 +289,7 @@ void LlamaModel::plan_lora_runs(const StepInput& in) {
 // expand per module into ys[m] [T, lds[m]] of ns[m] features.
 void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K,
                            float* const* ys, const int64_t* lds, const int64_t* ns) {
+  // The scratch has room for three modules' ranks per token (q|k|v is the widest group).
   const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
   segs_.clear();
   seg_module_.clear();
@@ -303,7 +304,7 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
       col += ms.rank;
     }
   }
-  if (segs_.empty()) return;
+  if (segs_.empty()) return;  // no LoRA row in this step: the base projection is the answer
   dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
   const size_t nshrink = segs_.size();
   for (int m = 0; m < nmod; m++) {
@@ -320,6 +321,10 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
   }
 }
 
+// One forward pass over every row of the step (prefill chunks, decode rows, Medusa candidates
+// together): validate, apply KV moves, then per layer attention and MLP blocks with their LoRA
+// passes, then logits only for the requested positions and Medusa heads on their rows.
+// Semantics of each op: kernels/kernels.h. Nothing here allocates once the arenas are warm.
 Status LlamaModel::step(const StepInput& in) {
   LOOM_RETURN_IF_ERROR(validate(in));
   const int64_t T = in.num_tokens, H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
@@ -355,7 +360,7 @@ Status LlamaModel::step(const StepInput& in) {
       cos_[size_t(t * half + i)] = float(std::cos(angle));
       sin_[size_t(t * half + i)] = float(std::sin(angle));
     }
-  plan_lora_runs(in);
+  plan_lora_runs(in);  // adapter runs are the same in every layer: compute them once
   const AttnShape shape{int32_t(cfg_.heads), int32_t(cfg_.kv_heads), int32_t(D), int32_t(bs),
                         float(1.0 / std::sqrt(double(D)))};
 

@@ -33,6 +33,8 @@ ThreadPool::~ThreadPool() {
   for (auto& w : workers_) w.join();
 }
 
+// Shared by the caller and the workers: keep claiming chunks until a claim comes back past the
+// end of its region. Claims are one fetch_add each, so two threads never run the same chunk.
 int ThreadPool::drain() {
   int ran = 0;
   for (;;) {
@@ -48,6 +50,9 @@ int ThreadPool::drain() {
   }
 }
 
+// Publish the region (fn_, ctx_, then the ticket that names it), wake parked workers, work on
+// it like any worker, then wait until every chunk has returned: only then may the caller's
+// stack frame (ctx) go away and the next region overwrite fn_/ctx_.
 void ThreadPool::run_raw(RawFn fn, void* ctx, int nchunks) {
   if (nchunks <= 0) nchunks = nthreads_ * kChunksPerThread;
   if (nchunks > int(kCountMask)) nchunks = int(kCountMask);
@@ -74,6 +79,9 @@ void ThreadPool::run_raw(RawFn fn, void* ctx, int nchunks) {
   }
 }
 
+// Wait for a ticket with a new generation (spin, yielding now and then; park after kSpinFor),
+// then drain it. `seen` only decides when to wait: a worker that wakes after its region ended
+// finds nothing left to claim and goes back to waiting.
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;  // generation of the last region this worker looked at
   for (;;) {

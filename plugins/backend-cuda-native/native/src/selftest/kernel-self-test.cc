@@ -96,6 +96,10 @@ std::string dims(const char* op, std::initializer_list<std::pair<const char*, in
   return s;
 }
 
+// matmul in every weight dtype. K covers real hidden sizes and tails (100 % 16 = 4, 24 % 16 = 8:
+// the masked AVX-512 tail); T covers one decode row, the in-register bf16/f16 path (T <= 8),
+// the widened-tile path (T = 9, 33) and more than one token tile (70 > 64). Several jobs in one
+// call check the shared row-block work list; bias and accumulate are drawn at random.
 void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t K : {576, 896, 2048, 100, 24})
@@ -130,6 +134,8 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
+// rmsnorm, rope, silu (large |gate| reaches exp's clamps), embedding per dtype (exact) and argmax
+// (exact, first maximum) at real hidden sizes, head dims and vocabulary size.
 void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (int64_t H : {576, 896, 2048, 4096})
     for (int64_t T : {1, 5, 33}) {
@@ -189,6 +195,9 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
 }
 
+// Paged attention over shuffled block tables: decode rows, prefill chunks with and without
+// history, and Medusa-style tree masks, for the GQA layouts of SmolLM2, Qwen2, Llama and MHA,
+// with block sizes that divide the context and ones that do not.
 void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   struct Heads {
     int hq, hkv, d;
@@ -235,6 +244,9 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
+// SGMV/BGMV shrink and expand over the adapter mixes of STYLE.md item 10. Batches >= 8 with
+// distinct adapters take the expand's split-by-segment path, smaller ones the split-by-feature
+// path; ranks 1..128 mix within a batch; some rows are prefill segments.
 void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const char* mixes[] = {"distinct", "identical", "uniform", "skewed", "none-mixed"};
   for (int mix = 0; mix < 5; mix++)
@@ -312,6 +324,7 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
 }
 
+// kv_store then kv_copy (with overlapping from/to slots, where order matters): exact.
 void test_cache(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const int64_t E = 192, S = 64, T = 9, ldk = 3 * E;
   auto k = randn(rng, size_t(T * ldk));
