@@ -30,7 +30,7 @@ PRESETS = {
     'tiny': dict(base_steps=30, lora_steps=15, medusa_steps=10, medusa_seqs=24, batch=8, seq=128,
                  eval_windows=4, medusa_eval_seqs=8, gen_tokens=64),
     # Sized for a shared 2-core machine (see README: about 40 minutes when the cores are free).
-    'full': dict(base_steps=300, lora_steps=50, medusa_steps=60, medusa_seqs=96, batch=12, seq=128,
+    'full': dict(base_steps=600, lora_steps=80, medusa_steps=80, medusa_seqs=96, batch=12, seq=128,
                  eval_windows=16, medusa_eval_seqs=16, gen_tokens=96),
 }
 VOCAB_SIZE = 2048
@@ -100,6 +100,31 @@ def train_loop(name, params, model, corpus, steps, lr, warmup, p, chat_fraction,
                 f'{seen / max(dt, 1e-9):.0f} tok/s')
         if (step + 1) % 25 == 0 or step == steps - 1:
             atomic_save({'weights': extra_state['save'](), 'opt': opt.state_dict(), 'step': step + 1}, ckpt)
+
+
+def record_time(work, stage, seconds):
+    """Add a stage's wall time to work/timings.json (kept across resumed runs)."""
+    path = os.path.join(work, 'timings.json')
+    t = json.load(open(path)) if os.path.exists(path) else {}
+    t[stage] = round(t.get(stage, 0) + seconds)
+    with open(path, 'w') as f:
+        json.dump(t, f, indent=2)
+
+
+def tokenizer_cases(tok, corp):
+    """Snippets of every held-out text and a rendered chat, with the ids this encoder gives them:
+    verify-in-loom.ts checks Loom's tokenizer gives the same."""
+    rng = random.Random(SEED + 3)
+    texts = []
+    for kind in ('shakespeare', 'kjv', 'devil'):
+        t = corpora.as_text(kind, corp[kind][1].docs)
+        for _ in range(20):
+            s = rng.randrange(len(t) - 400)
+            texts.append(t[s:s + rng.randrange(1, 400)])
+    texts.append(chat([{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': "What's 2+2?"},
+                       {'role': 'assistant', 'content': 'Four, my lord.'}], add_generation_prompt=True))
+    texts.append("  leading spaces, _italics_, don't, we'll, tabs\tand\n\n\nnewlines  ")
+    return [{'text': t, 'ids': tok.encode(t)} for t in texts]
 
 
 def stage_tokenizer(work):
@@ -396,6 +421,7 @@ def main():
     ap.add_argument('--out', default=os.path.join(ROOT, 'models', 'demo'))
     ap.add_argument('--work', default=os.path.join(HERE, 'work'))
     ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--report', default=None, help='where to write the report (default: <work>/report.json)')
     ap.add_argument('--set', action='append', default=[], help='override a preset value, e.g. base_steps=800')
     args = ap.parse_args()
     p = dict(PRESETS[args.preset])
@@ -413,17 +439,33 @@ def main():
         tr, he = fn()
         corp[kind] = (corpora.Corpus(tok, kind, tr), corpora.Corpus(tok, kind, he))
         log(f'corpus {kind}: {len(corp[kind][0].ids)} train tokens, {len(corp[kind][1].ids)} held-out tokens')
-    model = stage_base(args.work, tok, corp, p)
+    record_time(args.work, 'tokenizer and corpora', time.time() - t0)
+
+    def timed(stage, fn):
+        t = time.time()
+        done = os.path.exists(os.path.join(args.work, f'{stage}-final.pt'))
+        out = fn()
+        if not done:
+            record_time(args.work, stage, time.time() - t)
+        return out
+
+    model = timed('base', lambda: stage_base(args.work, tok, corp, p))
     model.eval()
-    loras = {name: stage_lora(args.work, name, model, corp[kind][0], p) for name, (kind, _) in ADAPTERS.items()}
-    heads = stage_medusa(args.work, model, loras, corp, p)
+    loras = {name: timed(f'lora-{name}', lambda n=name, k=kind: stage_lora(args.work, n, model, corp[k][0], p))
+             for name, (kind, _) in ADAPTERS.items()}
+    heads = timed('medusa', lambda: stage_medusa(args.work, model, loras, corp, p))
+    t = time.time()
     report = evaluate(args.work, model, tok, loras, heads, corp, p)
+    report['tokenizer_cases'] = tokenizer_cases(tok, corp)
     report['preset'] = p
-    report['train_seconds'] = round(time.time() - t0)
     export(args.out, model, tok, loras, heads, p)
-    with open(os.path.join(args.work, 'report.json'), 'w') as f:
+    record_time(args.work, 'eval and export', time.time() - t)
+    report['seconds'] = json.load(open(os.path.join(args.work, 'timings.json')))
+    report['sizes'] = {os.path.relpath(os.path.join(d, f), args.out): os.path.getsize(os.path.join(d, f))
+                       for d, _, fs in os.walk(args.out) for f in sorted(fs)}
+    with open(args.report or os.path.join(args.work, 'report.json'), 'w') as f:
         json.dump(report, f, indent=2)
-    log(f'done in {report["train_seconds"]} s; report in {os.path.join(args.work, "report.json")}')
+    log(f'done; stage seconds {report["seconds"]}')
     print(json.dumps({k: report[k] for k in ('losses', 'medusa_top1', 'samples')}, indent=2))
 
 

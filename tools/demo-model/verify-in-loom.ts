@@ -6,7 +6,7 @@
  * `adapter_model.bin` — all sent at once; then again with the Medusa heads (version 2, then the
  * version 1 copy) as the default speculative adapter, which must not change a token.
  *
- *   node --import tsx tools/demo-model/verify-in-loom.ts <model folder> <work folder>
+ *   node --import tsx tools/demo-model/verify-in-loom.ts [model folder] [report json]
  */
 import 'reflect-metadata'
 import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
@@ -49,8 +49,8 @@ async function generate(base: string, e: Expected): Promise<{ e: Expected; out: 
 
 async function main(): Promise<void> {
   const modelDir = resolve(process.argv[2] ?? 'models/demo')
-  const workDir = resolve(process.argv[3] ?? 'tools/demo-model/work')
-  const report = JSON.parse(await readFile(join(workDir, 'report.json'), 'utf8')) as {
+  const reportPath = resolve(process.argv[3] ?? 'tools/demo-model/results.json')
+  const report = JSON.parse(await readFile(reportPath, 'utf8')) as {
     expected_greedy: Expected[]
     tokenizer_cases?: { text: string; ids: number[] }[]
   }
