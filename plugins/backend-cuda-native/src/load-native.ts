@@ -96,7 +96,16 @@ export interface NativeRuntime {
   loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
   unload(slot: number): void
   step(packed: NativePackedStep): Promise<void>
+  /** Steps run since the last call, their native wall time and the part spent in LoRA kernels; resets. */
+  profile(): NativeStepProfile
   close(): void
+}
+
+/** Native step timing (see `NativeRuntime.profile`), milliseconds. */
+export interface NativeStepProfile {
+  readonly steps: number
+  readonly stepMs: number
+  readonly loraMs: number
 }
 
 /** Result of comparing the cpu kernels with the scalar reference kernels. */

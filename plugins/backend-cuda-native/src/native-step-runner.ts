@@ -15,7 +15,7 @@ import {
   type StepOutput,
   type StepRunner,
 } from '@loom/core'
-import { loadNative, type NativeLoraModule, type NativeRuntime } from './load-native.ts'
+import { loadNative, type NativeLoraModule, type NativeRuntime, type NativeStepProfile } from './load-native.ts'
 import { readModelConfig, type ParsedModelConfig } from './model-config.ts'
 import { defaultThreads, nativeOptionsSchema, type NativeOptions, type NativeOptionsInput } from './runner-options.ts'
 import { indexSafetensors } from './safetensors-index.ts'
@@ -182,6 +182,14 @@ export class NativeStepRunner implements StepRunner {
       throw fromNative(err, {})
     }
     return { logits: packed.logits, medusaLogits: packed.medusaLogits }
+  }
+
+  /**
+   * Native timing since the last call (steps, their wall time, the part in LoRA kernels), then
+   * reset. For the benchmark; not part of the `StepRunner` contract.
+   */
+  profile(): NativeStepProfile {
+    return this.ready().profile()
   }
 
   async close(): Promise<void> {

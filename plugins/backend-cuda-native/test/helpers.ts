@@ -3,7 +3,7 @@
  * compare its logits with the float64 reference of @loom/testkit.
  */
 import type { LoraWeights, StepRow } from '@loom/core'
-import type { ReferenceLora } from '@loom/testkit'
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type ReferenceLora } from '@loom/testkit'
 
 /** Largest |x - ref| over the largest |ref|: the relative error of a logits vector. */
 export function relError(x: ArrayLike<number>, ref: ArrayLike<number>): number {
@@ -69,6 +69,21 @@ export function toLoraWeights(lora: ReferenceLora, key: string): LoraWeights {
           { rank: w.rank, scale: w.scale, a: Float32Array.from(w.a), b: Float32Array.from(w.b) },
         ]),
       ),
+    ),
+  }
+}
+
+/**
+ * The adapter as a 16-bit model's slot pool stores it: A and B rounded (f64 -> f32 -> bf16/f16,
+ * as the runner's f32 copy is then converted natively), so the f64 reference sees the same values.
+ */
+export function roundLora(lora: ReferenceLora, dtype: 'bfloat16' | 'float16'): ReferenceLora {
+  const round = (v: number): number =>
+    dtype === 'bfloat16' ? bf16BitsToF32(f32ToBf16Bits(Math.fround(v))) : f16BitsToF32(f32ToF16Bits(Math.fround(v)))
+  return {
+    dir: lora.dir,
+    layers: lora.layers.map((layer) =>
+      Object.fromEntries(Object.entries(layer).map(([m, w]) => [m, { ...w, a: w.a.map(round), b: w.b.map(round) }])),
     ),
   }
 }

@@ -142,7 +142,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return DefineClass(env, "Runtime",
                        {InstanceMethod("load", &Runtime::Load), InstanceMethod("loadLora", &Runtime::LoadLora),
                         InstanceMethod("loadMedusa", &Runtime::LoadMedusa), InstanceMethod("unload", &Runtime::Unload),
-                        InstanceMethod("step", &Runtime::Step), InstanceMethod("close", &Runtime::Close)});
+                        InstanceMethod("step", &Runtime::Step), InstanceMethod("profile", &Runtime::Profile),
+                        InstanceMethod("close", &Runtime::Close)});
   }
   explicit Runtime(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Runtime>(info) {}
 
@@ -471,6 +472,20 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
 
   // close(): idempotent. Frees the model, KV cache and thread pool now, or when the last
   // in-flight worker settles if a step or adapter load is still running.
+  // profile() -> { steps, stepMs, loraMs } since the last call (then reset): where step time
+  // went, for the bench. Counters are atomics, so reading them while a step runs is safe.
+  Napi::Value Profile(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const Status st = usable();
+    if (!st.ok()) return throw_status(env, st);
+    const loom::StepProfile p = model_->take_profile();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("steps", Napi::Number::New(env, double(p.steps)));
+    o.Set("stepMs", Napi::Number::New(env, double(p.step_ns) / 1e6));
+    o.Set("loraMs", Napi::Number::New(env, double(p.lora_ns) / 1e6));
+    return o;
+  }
+
   Napi::Value Close(const Napi::CallbackInfo& info) {
     if (!closed_) {
       closed_ = true;

@@ -55,8 +55,9 @@ constexpr int kMaxTokens = 4;
 #endif
 
 // Shared by matmul-cpu.cc and lora-cpu.cc.
-// Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} w[i][k] * x[t][k]
-// w: kRows f32 row pointers (repeat a pointer for fewer rows), x: tn <= kMaxTokens f32 rows.
-void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, float out[kMaxTokens][kRows]);
+// Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} f32(w[i][k]) * x[t][k]
+// w: kRows row pointers in `dt` (repeat a pointer for fewer rows), x: tn <= kMaxTokens f32 rows.
+void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int64_t K,
+              float out[kMaxTokens][kRows]);
 
 }  // namespace loom

@@ -1,12 +1,17 @@
 // Multi-LoRA kernels for the cpu device (Punica's SGMV/BGMV split, on a CPU).
 //
+// Adapter weights are stored in the model's dtype (f32, or bf16/f16 for 16-bit models: half the
+// bytes, which is what the many-distinct-adapters case is bound by) and widened to f32 in
+// registers; accumulation is f32.
+//
 // shrink: tmp = x · Aᵀ per segment. A prefill segment streams its A rows once for all of its
 //   tokens (SGMV); decode rows are one-token segments that each gather their own A (BGMV). Work
 //   items are (segment, token chunk) so both a single long prefill and 32 distinct decode rows
 //   spread over the threads.
 // expand: y += scale · tmp · Bt, with B stored transposed so each rank column is a contiguous
-//   row update; threads split the output features, so every Bt row slice is read once per token
-//   from cache.
+//   row. Many segments (distinct decode rows): threads split the segments and each segment
+//   streams its Bt once, four rank rows at a time into one read-modify-write of y. Few segments
+//   (prefill, one shared adapter): threads split the output features so both cores work.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -16,35 +21,137 @@
 
 namespace loom {
 namespace {
-constexpr int kShrinkChunk = 24;  // tokens per shrink work item (a multiple of the 4-token kernel)
+constexpr int kShrinkChunk = 24;  // tokens per shrink work item (a multiple of the 8-token kernel)
 
 // Prefetch `bytes` from p into L1: the weights the next work item will stream, issued while the
 // current item computes. Decode rows with distinct adapters are 1-token items that each read
-// their own 36-98 KB of A or Bt; without this every item starts with a full DRAM latency and
+// their own 18-98 KB of A or Bt; without this every item starts with a full DRAM latency and
 // the hardware prefetcher never ramps up (measured ~13 GB/s effective for 32 distinct rows).
 inline void prefetch_bytes(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
 }
 
-// Semantics: for n < N: y[n] += a * b[n]
-inline void axpy(float a, const float* b, int64_t N, float* y) {
-  int64_t n = 0;
+// A vector of f32 lanes and loads of adapter weights widened to it, per storage dtype.
 #if LOOM_AVX512
-  const __m512 av = _mm512_set1_ps(a);
-  for (; n + 16 <= N; n += 16) _mm512_storeu_ps(y + n, _mm512_fmadd_ps(av, _mm512_loadu_ps(b + n), _mm512_loadu_ps(y + n)));
+using VecF = __m512;
+constexpr int kLanes = 16;
+inline VecF vset1(float a) { return _mm512_set1_ps(a); }
+inline VecF vloadf(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstoref(float* p, VecF v) { _mm512_storeu_ps(p, v); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+template <DType DT>
+inline VecF vloadw(const void* p, int64_t i) {
+  if constexpr (DT == DType::F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+  if constexpr (DT == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
 #else
-  const __m256 av = _mm256_set1_ps(a);
-  for (; n + 8 <= N; n += 8) _mm256_storeu_ps(y + n, _mm256_fmadd_ps(av, _mm256_loadu_ps(b + n), _mm256_loadu_ps(y + n)));
+using VecF = __m256;
+constexpr int kLanes = 8;
+inline VecF vset1(float a) { return _mm256_set1_ps(a); }
+inline VecF vloadf(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstoref(float* p, VecF v) { _mm256_storeu_ps(p, v); }
+inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+template <DType DT>
+inline VecF vloadw(const void* p, int64_t i) {
+  if constexpr (DT == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
+  if constexpr (DT == DType::BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
 #endif
-  for (; n < N; n++) y[n] += a * b[n];
+
+template <DType DT>
+inline float loadw1(const void* p, int64_t i) {
+  if constexpr (DT == DType::F32) return static_cast<const float*>(p)[i];
+  if constexpr (DT == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+}
+
+// Semantics: for n < N: y[n] += Σ_{i<NR} c[i] * Bt[r0 + i, n]   (NR = 1..4 rank rows at once, so y
+// is read and written once per four rank rows instead of once per row).
+template <DType DT, int NR>
+inline void axpy_rows(const float* c, const void* bt, int64_t r0, int64_t N, float* y) {
+  VecF cv[NR];
+  for (int i = 0; i < NR; i++) cv[i] = vset1(c[i]);
+  int64_t n = 0;
+  for (; n + kLanes <= N; n += kLanes) {
+    VecF acc = vloadf(y + n);
+#pragma GCC unroll 4
+    for (int i = 0; i < NR; i++) acc = vfma(cv[i], vloadw<DT>(bt, (r0 + i) * N + n), acc);
+    vstoref(y + n, acc);
+  }
+  for (; n < N; n++)
+    for (int i = 0; i < NR; i++) y[n] += c[i] * loadw1<DT>(bt, (r0 + i) * N + n);
+}
+
+// One token's expand by one segment, rank rows in groups of 4. c: the token's R low-rank
+// activations already multiplied by the segment's scale.
+template <DType DT>
+void expand_token(const float* c, const void* bt, int rank, int64_t N, float* y) {
+  int r = 0;
+  for (; r + 4 <= rank; r += 4) axpy_rows<DT, 4>(c + r, bt, r, N, y);
+  switch (rank - r) {
+    case 3: axpy_rows<DT, 3>(c + r, bt, r, N, y); break;
+    case 2: axpy_rows<DT, 2>(c + r, bt, r, N, y); break;
+    case 1: axpy_rows<DT, 1>(c + r, bt, r, N, y); break;
+    default: break;
+  }
+}
+
+// Expand of output features [n0, n1) of one token: 2 vectors of outputs in registers while every
+// rank row is accumulated, then one update of y. Bt rows are read at stride N (the few-segment
+// path, where each thread owns a column range and the Bt slice stays in cache across tokens).
+template <DType DT>
+void expand_columns(const float* c, float scale, const void* bt, int rank, int64_t N, int64_t n0, int64_t n1,
+                    float* y) {
+  int64_t n = n0;
+  const VecF sc = vset1(scale);
+  for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
+    VecF a0 = vset1(0.0f), a1 = vset1(0.0f);
+    for (int r = 0; r < rank; r++) {
+      const VecF cr = vset1(c[r]);
+      a0 = vfma(cr, vloadw<DT>(bt, int64_t(r) * N + n), a0);
+      a1 = vfma(cr, vloadw<DT>(bt, int64_t(r) * N + n + kLanes), a1);
+    }
+    vstoref(y + n, vfma(sc, a0, vloadf(y + n)));
+    vstoref(y + n + kLanes, vfma(sc, a1, vloadf(y + n + kLanes)));
+  }
+  for (; n < n1; n++) {
+    float acc = 0;
+    for (int r = 0; r < rank; r++) acc += c[r] * loadw1<DT>(bt, int64_t(r) * N + n);
+    y[n] += scale * acc;
+  }
+}
+
+template <DType DT>
+void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int64_t s0, int64_t s1,
+                     float* y, int64_t ldy) {
+  for (int64_t s = s0; s < s1; s++) {
+    const LoraSegment& seg = segs[s];
+    // The next segment's Bt, if it is another adapter: prefetched a rank row per rank row of this
+    // one, so it arrives while this segment computes.
+    const LoraSegment* next = s + 1 < s1 && segs[s + 1].w != seg.w ? &segs[s + 1] : nullptr;
+    const int64_t row_bytes = N * dtype_size(seg.dtype);
+    if (next)
+      for (int r = 0; r < next->rank; r++)
+        prefetch_bytes(static_cast<const char*>(next->w) + r * row_bytes, row_bytes);
+    for (int64_t t = seg.tok_start; t < seg.tok_start + seg.tok_count; t++) {
+      float c[128];  // scale · the token's low-rank activations
+      for (int r = 0; r < seg.rank; r++) c[r] = seg.scale * tmp[t * ldt + seg.col + r];
+      expand_token<DT>(c, seg.w, seg.rank, N, y + t * ldy);
+    }
+  }
 }
 }  // namespace
 
 // Semantics: for seg, t in seg, r < R_seg: tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx + k] * A_seg[r, k]
-// x [T, ldx], A_seg [R_seg, K], tmp [T, ldt]. Each work item dots kRows rows of its A against up
-// to kMaxTokens tokens at a time (the matmul micro-kernel), so a prefill segment reads its A
-// once per kShrinkChunk tokens and a decode row reads it once.
+// x [T, ldx], A_seg [R_seg, K] (in dtype_seg), tmp [T, ldt]. Each work item dots kRows rows of its
+// A against up to kMaxTokens tokens at a time (the matmul micro-kernel, which widens 16-bit rows
+// in registers), so a prefill segment reads its A once per kShrinkChunk tokens and a decode row
+// reads it once.
 void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                             int64_t ldt) {
   // Work items encoded as segment * 2^32 + first token offset inside the segment.
@@ -61,6 +168,7 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
       const LoraSegment& seg = segs[items[it] >> 32];
       const int64_t first = seg.tok_start + (items[it] & 0xffffffff);
       const int64_t last = std::min<int64_t>(first + kShrinkChunk, seg.tok_start + seg.tok_count);
+      const int64_t row_bytes = K * dtype_size(seg.dtype);
       // The next item's adapter, if it differs (decode rows: the next row's A).
       const LoraSegment* next = it + 1 < i1 ? &segs[items[it + 1] >> 32] : nullptr;
       if (next && next->w == seg.w) next = nullptr;
@@ -68,15 +176,17 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
         const int nr = std::min(kRows, seg.rank - r0);
         // Rows r0.. of the next A, spread over this A's blocks so they arrive just in time.
         if (next && r0 < next->rank)
-          prefetch_bytes(next->w + int64_t(r0) * K, int64_t(std::min(nr, next->rank - r0)) * K * 4);
-        const float* w[kRows];
-        for (int i = 0; i < kRows; i++) w[i] = seg.w + int64_t(r0 + std::min(i, nr - 1)) * K;
+          prefetch_bytes(static_cast<const char*>(next->w) + r0 * row_bytes,
+                         int64_t(std::min(nr, next->rank - r0)) * row_bytes);
+        const void* w[kRows];
+        for (int i = 0; i < kRows; i++)
+          w[i] = static_cast<const char*>(seg.w) + int64_t(r0 + std::min(i, nr - 1)) * row_bytes;
         for (int64_t t = first; t < last; t += kMaxTokens) {
           const int tn = int(std::min<int64_t>(kMaxTokens, last - t));
           const float* xs[kMaxTokens];
           for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, last - 1) * ldx;
           float out[kMaxTokens][kRows];
-          dot_rows(w, xs, tn, K, out);
+          dot_rows(seg.dtype, w, xs, tn, K, out);
           for (int r = 0; r < tn; r++)
             for (int i = 0; i < nr; i++) tmp[(t + r) * ldt + seg.col + r0 + i] = out[r][i];
         }
@@ -86,28 +196,22 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
 }
 
 // Semantics: for seg, t in seg, n < N: y[t*ldy + n] += scale_seg * Σ_r tmp[t*ldt + col_seg + r] * Bt_seg[r, n]
-// tmp [T, ldt], Bt_seg [R_seg, N], y [T, ldy]. Segments of one call cover disjoint tokens, so
-// splitting by segment never has two threads writing one y row.
+// tmp [T, ldt], Bt_seg [R_seg, N] (in dtype_seg), y [T, ldy]. Segments of one call cover
+// disjoint tokens, so splitting by segment never has two threads writing one y row.
 void CpuDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                             int64_t ldy) {
   if (nsegs == 0) return;
-  // Many segments (decode rows, distinct adapters): threads split the segments, and each token
-  // streams its whole Bt [R, N] once, row by row (one sequential run), while the next segment's
-  // Bt rows are prefetched. Few segments (a prefill, or one shared adapter): threads split the
-  // output features instead so both cores work.
   if (nsegs >= pool_.size() * ThreadPool::kChunksPerThread) {
     pool_.run([&](int chunk, int nchunks) {
       int64_t s0, s1;
       split_range(nsegs, nchunks, chunk, 1, &s0, &s1);
-      for (int64_t s = s0; s < s1; s++) {
-        const LoraSegment& seg = segs[s];
-        const LoraSegment* next = s + 1 < s1 && segs[s + 1].w != seg.w ? &segs[s + 1] : nullptr;
-        for (int64_t t = seg.tok_start; t < seg.tok_start + seg.tok_count; t++) {
-          const float* c = tmp + t * ldt + seg.col;  // [R] low-rank activations of token t
-          for (int r = 0; r < seg.rank; r++) {
-            if (next && t == seg.tok_start && r < next->rank) prefetch_bytes(next->w + int64_t(r) * N, N * 4);
-            axpy(seg.scale * c[r], seg.w + int64_t(r) * N, N, y + t * ldy);
-          }
+      // Runs of one storage dtype (in the model every segment has the model's dtype).
+      for (int64_t a = s0, b; a < s1; a = b) {
+        for (b = a + 1; b < s1 && segs[b].dtype == segs[a].dtype;) b++;
+        switch (segs[a].dtype) {
+          case DType::F32: expand_segments<DType::F32>(tmp, ldt, N, segs, a, b, y, ldy); break;
+          case DType::BF16: expand_segments<DType::BF16>(tmp, ldt, N, segs, a, b, y, ldy); break;
+          case DType::F16: expand_segments<DType::F16>(tmp, ldt, N, segs, a, b, y, ldy); break;
         }
       }
     });
@@ -122,24 +226,10 @@ void CpuDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lora
       for (int64_t t = seg.tok_start; t < seg.tok_start + seg.tok_count; t++) {
         const float* c = tmp + t * ldt + seg.col;  // [R] low-rank activations of token t
         float* yt = y + t * ldy;
-        int64_t n = n0;
-        // 16 outputs at a time in registers, accumulating every rank column.
-        for (; n + 16 <= n1; n += 16) {
-          __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-          for (int r = 0; r < seg.rank; r++) {
-            const __m256 cr = _mm256_set1_ps(c[r]);
-            const float* b = seg.w + int64_t(r) * N + n;
-            a0 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(b), a0);
-            a1 = _mm256_fmadd_ps(cr, _mm256_loadu_ps(b + 8), a1);
-          }
-          const __m256 sc = _mm256_set1_ps(seg.scale);
-          _mm256_storeu_ps(yt + n, _mm256_fmadd_ps(sc, a0, _mm256_loadu_ps(yt + n)));
-          _mm256_storeu_ps(yt + n + 8, _mm256_fmadd_ps(sc, a1, _mm256_loadu_ps(yt + n + 8)));
-        }
-        for (; n < n1; n++) {
-          float acc = 0;
-          for (int r = 0; r < seg.rank; r++) acc += c[r] * seg.w[int64_t(r) * N + n];
-          yt[n] += seg.scale * acc;
+        switch (seg.dtype) {
+          case DType::F32: expand_columns<DType::F32>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
+          case DType::BF16: expand_columns<DType::BF16>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
+          case DType::F16: expand_columns<DType::F16>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
         }
       }
     }

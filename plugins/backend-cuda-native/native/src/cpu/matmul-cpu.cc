@@ -230,8 +230,25 @@ constexpr bool kConvertInRegisters = false;
 
 }  // namespace
 
-void dot_rows(const float* const* w, const float* const* x, int tn, int64_t K, float out[kMaxTokens][kRows]) {
-  dot_weights(DType::F32, reinterpret_cast<const void* const*>(w), x, tn, K, &out[0][0]);
+void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int64_t K,
+              float out[kMaxTokens][kRows]) {
+#if LOOM_AVX512
+  dot_weights(dt, w, x, tn, K, &out[0][0]);
+#else
+  if (dt == DType::F32) {
+    dot_weights(dt, w, x, tn, K, &out[0][0]);
+    return;
+  }
+  // AVX2 dots f32 rows only: widen the 16-bit rows into a thread-local tile first.
+  static thread_local std::vector<float> tile;
+  if (int64_t(tile.size()) < kRows * K) tile.resize(size_t(kRows * K));
+  const void* wf[kRows];
+  for (int i = 0; i < kRows; i++) {
+    widen_row(w[i], dt, K, tile.data() + i * K);
+    wf[i] = tile.data() + i * K;
+  }
+  dot_weights(DType::F32, wf, x, tn, K, &out[0][0]);
+#endif
 }
 
 // Work list: blocks of up to kRows output rows of all jobs, in job order, so a chunk of the

@@ -39,7 +39,8 @@ struct MatmulJob {
 struct LoraSegment {
   int32_t tok_start = 0;        // first token of the run
   int32_t tok_count = 0;        // tokens in the run
-  const float* w = nullptr;     // shrink: A [R, K]; expand: B transposed, Bt [R, N]
+  const void* w = nullptr;      // shrink: A [R, K]; expand: B transposed, Bt [R, N]; in `dtype`
+  DType dtype = DType::F32;     // adapter storage: f32, or bf16/f16 for 16-bit models (compute is f32)
   int32_t rank = 0;             // R (1..128)
   int32_t col = 0;              // first scratch column of this module
   float scale = 1.0f;           // expand only: alpha / r (already resolved)
@@ -115,14 +116,14 @@ class Device {
                          int nrows, const AttnShape& shape, float* out) = 0;
 
   // Semantics (SGMV/BGMV shrink): for seg, t in seg, r<R_seg:
-  //   tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx+k] * A_seg[r,k]
-  // x [T, ldx], A_seg [R_seg, K], tmp [T, ldt]
+  //   tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx+k] * f32(A_seg[r,k])
+  // x [T, ldx], A_seg [R_seg, K] in dtype_seg, tmp [T, ldt]
   virtual void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                            int64_t ldt) = 0;
 
   // Semantics (SGMV/BGMV expand): for seg, t in seg, n<N:
-  //   y[t*ldy+n] += scale_seg * Σ_r tmp[t*ldt + col_seg + r] * Bt_seg[r,n]
-  // tmp [T, ldt], Bt_seg [R_seg, N] (B stored transposed so the update is a row axpy), y [T, ldy]
+  //   y[t*ldy+n] += scale_seg * Σ_r tmp[t*ldt + col_seg + r] * f32(Bt_seg[r,n])
+  // tmp [T, ldt], Bt_seg [R_seg, N] in dtype_seg (B stored transposed so the update is a row axpy), y [T, ldy]
   virtual void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                            int64_t ldy) = 0;
 

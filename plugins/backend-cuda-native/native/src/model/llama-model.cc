@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -14,12 +15,22 @@ struct LlamaModel::Layer {
   std::vector<float> bq, bk, bv;          // Qwen2 biases [out] (empty otherwise)
 };
 
+// One module's A and Bt in the model's dtype: f32 models keep f32 adapters (LoRA rows then match
+// merged weights to f32 rounding); 16-bit models store them in the same 16-bit dtype, halving
+// the bytes a step with many distinct adapters streams (compute stays f32).
 struct LoraModuleSlot {
   int32_t rank = 0;  // 0: the adapter does not touch this module
   float scale = 0.0f;
-  std::vector<float> a;   // [rank, in]
-  std::vector<float> bt;  // [rank, out] (B transposed)
+  DType dtype = DType::F32;
+  std::vector<float> a, bt;        // f32: A [rank, in], Bt [rank, out] (B transposed)
+  std::vector<uint16_t> a16, bt16;  // bf16/f16: the same layouts
+  const void* a_data() const { return dtype == DType::F32 ? static_cast<const void*>(a.data()) : a16.data(); }
+  const void* bt_data() const { return dtype == DType::F32 ? static_cast<const void*>(bt.data()) : bt16.data(); }
 };
+
+namespace {
+uint16_t to_half(DType dt, float v) { return dt == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
+}  // namespace
 
 struct MedusaHeadSlot {
   std::vector<std::vector<float>> w;  // numLayers × [H, H]
@@ -154,10 +165,19 @@ Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modul
       const int64_t in = in_f[m.module], out = out_f[m.module];
       dst.rank = m.rank;
       dst.scale = m.scale;
-      dst.a.assign(m.a, m.a + m.rank * in);
-      dst.bt.resize(size_t(m.rank * out));
-      for (int64_t o = 0; o < out; o++)
-        for (int64_t r = 0; r < m.rank; r++) dst.bt[size_t(r * out + o)] = m.b[o * m.rank + r];
+      dst.dtype = dtype();
+      if (dst.dtype == DType::F32) {
+        dst.a.assign(m.a, m.a + m.rank * in);
+        dst.bt.resize(size_t(m.rank * out));
+        for (int64_t o = 0; o < out; o++)
+          for (int64_t r = 0; r < m.rank; r++) dst.bt[size_t(r * out + o)] = m.b[o * m.rank + r];
+      } else {  // converted here, on the loading worker thread, never on the JS thread
+        dst.a16.resize(size_t(m.rank * in));
+        for (int64_t i = 0; i < m.rank * in; i++) dst.a16[size_t(i)] = to_half(dst.dtype, m.a[i]);
+        dst.bt16.resize(size_t(m.rank * out));
+        for (int64_t o = 0; o < out; o++)
+          for (int64_t r = 0; r < m.rank; r++) dst.bt16[size_t(r * out + o)] = to_half(dst.dtype, m.b[o * m.rank + r]);
+      }
     }
   } catch (const std::bad_alloc&) {
     s.lora.clear();
@@ -299,12 +319,13 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
     for (int m = 0; m < nmod; m++) {
       const LoraModuleSlot& ms = mods[size_t(modules[m])];
       if (ms.rank == 0) continue;
-      segs_.push_back({run.tok_start, run.tok_count, ms.a.data(), ms.rank, col, ms.scale});
-      seg_module_.push_back({m, ms.bt.data()});
+      segs_.push_back({run.tok_start, run.tok_count, ms.a_data(), ms.dtype, ms.rank, col, ms.scale});
+      seg_module_.push_back({m, ms.bt_data()});
       col += ms.rank;
     }
   }
   if (segs_.empty()) return;  // no LoRA row in this step: the base projection is the answer
+  const auto started = std::chrono::steady_clock::now();
   dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
   const size_t nshrink = segs_.size();
   for (int m = 0; m < nmod; m++) {
@@ -319,6 +340,7 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
     if (n > 0) dev_->lora_expand(lora_tmp_.data(), ldt, ns[m], segs_.data() + first, n, ys[m], lds[m]);
     segs_.resize(first);
   }
+  prof_lora_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
 }
 
 // One forward pass over every row of the step (prefill chunks, decode rows, Medusa candidates
@@ -326,6 +348,18 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
 // passes, then logits only for the requested positions and Medusa heads on their rows.
 // Semantics of each op: kernels/kernels.h. Nothing here allocates once the arenas are warm.
 Status LlamaModel::step(const StepInput& in) {
+  const auto started = std::chrono::steady_clock::now();
+  const Status st = forward(in);
+  prof_step_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
+  prof_steps_++;
+  return st;
+}
+
+StepProfile LlamaModel::take_profile() {
+  return {prof_steps_.exchange(0), prof_step_ns_.exchange(0), prof_lora_ns_.exchange(0)};
+}
+
+Status LlamaModel::forward(const StepInput& in) {
   LOOM_RETURN_IF_ERROR(validate(in));
   const int64_t T = in.num_tokens, H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
   const int64_t QD = cfg_.heads * D, KD = cfg_.kv_heads * D, W = QD + 2 * KD, V = cfg_.vocab;

@@ -87,6 +87,11 @@ struct MedusaHeadInput {
   const float* lm_head = nullptr;     // [vocab, hidden] or null (version 2: base lm_head)
 };
 
+// Where step time went (for the bench; see LlamaModel::take_profile).
+struct StepProfile {
+  int64_t steps = 0, step_ns = 0, lora_ns = 0;
+};
+
 class LlamaModel {
  public:
   LlamaModel(Device* device, ModelConfig config, RuntimeOptions options);
@@ -100,6 +105,8 @@ class LlamaModel {
   Status unload(int slot);
   // Validate and run one forward pass.
   Status step(const StepInput& in);
+  // Steps, their wall time and the part spent in LoRA shrink/expand since the last call; resets.
+  StepProfile take_profile();
 
   const ModelConfig& config() const { return cfg_; }
   const RuntimeOptions& options() const { return opt_; }
@@ -111,6 +118,7 @@ class LlamaModel {
   struct Layer;
   struct Slot;
   Status validate(const StepInput& in) const;
+  Status forward(const StepInput& in);
   // Runs of consecutive rows sharing one LoRA slot, computed once per step.
   struct LoraRun {
     int32_t tok_start, tok_count, slot;
@@ -136,7 +144,9 @@ class LlamaModel {
   std::vector<AttnRow> attn_rows_;
   std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
-  std::vector<std::pair<int, const float*>> seg_module_;  // per shrink segment: module index, its Bt
+  std::vector<std::pair<int, const void*>> seg_module_;  // per shrink segment: module index, its Bt
+  // Step timing for the bench (take_profile); written by the stepping worker, read by JS.
+  std::atomic<int64_t> prof_steps_{0}, prof_step_ns_{0}, prof_lora_ns_{0};
 };
 
 }  // namespace loom

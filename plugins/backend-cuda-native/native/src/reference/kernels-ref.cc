@@ -131,7 +131,7 @@ class ReferenceDevice final : public Device {
       for (int t = segs[s].tok_start; t < segs[s].tok_start + segs[s].tok_count; t++)
         for (int r = 0; r < segs[s].rank; r++) {
           double acc = 0;
-          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * segs[s].w[int64_t(r) * K + k];
+          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * load_weight(segs[s].w, segs[s].dtype, int64_t(r) * K + k);
           tmp[t * ldt + segs[s].col + r] = float(acc);
         }
   }
@@ -143,7 +143,7 @@ class ReferenceDevice final : public Device {
         for (int64_t n = 0; n < N; n++) {
           double acc = 0;
           for (int r = 0; r < segs[s].rank; r++)
-            acc += double(tmp[t * ldt + segs[s].col + r]) * segs[s].w[int64_t(r) * N + n];
+            acc += double(tmp[t * ldt + segs[s].col + r]) * load_weight(segs[s].w, segs[s].dtype, int64_t(r) * N + n);
           y[t * ldy + n] = float(y[t * ldy + n] + segs[s].scale * acc);
         }
   }

@@ -80,9 +80,9 @@ struct TestWeight {
   }
 };
 
-TestWeight make_weight(Rng& rng, DType dt, int64_t rows, int64_t cols) {
+TestWeight make_weight(Rng& rng, DType dt, int64_t rows, int64_t cols, float scale = 0.5f) {
   TestWeight w;
-  w.f32 = randn(rng, size_t(rows * cols), 0.5f);
+  w.f32 = randn(rng, size_t(rows * cols), scale);
   if (dt != DType::F32) {
     w.half.resize(w.f32.size());
     for (size_t i = 0; i < w.f32.size(); i++) w.half[i] = dt == DType::BF16 ? f32_to_bf16(w.f32[i]) : f32_to_f16(w.f32[i]);
@@ -244,24 +244,27 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
-// SGMV/BGMV shrink and expand over the adapter mixes of STYLE.md item 10. Batches >= 8 with
-// distinct adapters take the expand's split-by-segment path, smaller ones the split-by-feature
-// path; ranks 1..128 mix within a batch; some rows are prefill segments.
+// SGMV/BGMV shrink and expand over the adapter mixes of STYLE.md item 10, with adapters stored
+// in f32 and in bf16/f16 (16-bit models keep their adapters in the model's dtype). Batches >= 8
+// with distinct adapters take the expand's split-by-segment path, smaller ones the
+// split-by-feature path; ranks 1..128 mix within a batch (rank tails of the 4-row expand groups);
+// some rows are prefill segments.
 void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const char* mixes[] = {"distinct", "identical", "uniform", "skewed", "none-mixed"};
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
   for (int mix = 0; mix < 5; mix++)
     for (int batch : {1, 2, 7, 16, 33})
       for (int rank : {1, 4, 8, 16, 32, 64, 128}) {
         const int64_t K = rng.pick<int64_t>({576, 896, 2048}), N = rng.pick<int64_t>({576, 192, 1536});
         // Adapter pool: ranks vary around `rank` so one batch mixes ranks.
         const int nadapters = mix == 1 ? 1 : mix == 2 ? std::max(1, int(std::sqrt(double(batch)))) : batch;
-        std::vector<std::vector<float>> A, B;
+        std::vector<TestWeight> A, B;
         std::vector<int> ranks;
         for (int a = 0; a < nadapters; a++) {
           const int r = std::max(1, std::min(128, a % 2 ? rank : rng.range(1, rank)));
           ranks.push_back(r);
-          A.push_back(randn(rng, size_t(r * K), 0.1f));
-          B.push_back(randn(rng, size_t(r * N), 0.1f));
+          A.push_back(make_weight(rng, dt, r, K, 0.1f));
+          B.push_back(make_weight(rng, dt, r, N, 0.1f));
         }
         // Rows: a mix of decode rows (1 token) and prefill segments; some without adapter.
         std::vector<LoraSegment> sh, ex;
@@ -276,8 +279,9 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           const bool none = mix == 4 && rng.range(0, 2) == 0;
           if (!none) {
             const int col = rng.range(0, 2) * 0;  // single module per call here
-            sh.push_back({T, n, A[size_t(a)].data(), ranks[size_t(a)], col, 1.0f});
-            ex.push_back({T, n, B[size_t(a)].data(), ranks[size_t(a)], col, rng.uniform(0.1f, 4.0f)});
+            const int r = ranks[size_t(a)];
+            sh.push_back({T, n, A[size_t(a)].view(dt, r, K).data, dt, r, col, 1.0f});
+            ex.push_back({T, n, B[size_t(a)].view(dt, r, N).data, dt, r, col, rng.uniform(0.1f, 4.0f)});
           }
           T += n;
         }
@@ -286,7 +290,7 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         std::vector<float> t0(size_t(T * ldt), 0.0f), t1(t0.size(), 0.0f);
         dev->lora_shrink(x.data(), ldx, K, sh.data(), int(sh.size()), t0.data(), ldt);
         ref->lora_shrink(x.data(), ldx, K, sh.data(), int(sh.size()), t1.data(), ldt);
-        const std::string what = std::string(mixes[mix]);
+        const std::string what = std::string(mixes[mix]) + " " + dtype_name(dt);
         ck.compare("lora_shrink", dims(("lora_shrink " + what).c_str(), {{"batch", batch}, {"T", T}, {"rank", rank}, {"K", K}}),
                    t0.data(), t1.data(), t0.size(), 1e-5 * std::sqrt(double(K)), 1e-4);
         auto y0 = randn(rng, size_t(T * ldy));
@@ -309,7 +313,7 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         for (int m = 0; m < 3; m++) {
           const int r = rng.range(1, 128);
           A.push_back(randn(rng, size_t(r * K), 0.1f));
-          sh.push_back({T, n, A.back().data(), r, col, 1.0f});
+          sh.push_back({T, n, A.back().data(), DType::F32, r, col, 1.0f});
           col += r;
         }
       }
