@@ -1,0 +1,76 @@
+import t from 'tap'
+import type { AuthChecker, AuthDecision } from '../../src/contracts/auth-checker.ts'
+import { AuthGate } from '../../src/adapters/auth-gate.ts'
+
+/** A checker whose decisions the test controls, counting how often the source is asked. */
+function checker(decide: (token: string | undefined) => AuthDecision | Promise<AuthDecision>) {
+  const calls: (string | undefined)[] = []
+  const impl: AuthChecker = {
+    source: 'hub',
+    async check(_ref, token) {
+      calls.push(token)
+      return decide(token)
+    },
+  }
+  return { impl, calls }
+}
+
+const ref = { source: 'hub', id: 'acme/poet' }
+
+t.test('every request is checked when no TTL is set, and refusals carry their reason', async (t) => {
+  let allowed = true
+  const { impl, calls } = checker(() =>
+    allowed ? { allowed: true } : { allowed: false, reason: 'invalid', message: 'token revoked' },
+  )
+  const gate = new AuthGate({ checkers: new Map([['hub', impl]]), ttlSeconds: 0 })
+  await gate.authorize(ref, 'tok')
+  await gate.authorize(ref, 'tok')
+  t.equal(calls.length, 2, 'two requests, two checks')
+  allowed = false
+  await t.rejects(gate.authorize(ref, 'tok'), {
+    code: 'auth_invalid',
+    message: 'The token was refused for adapter `acme/poet`: token revoked',
+  })
+})
+
+t.test('identical concurrent checks share one call; different tokens do not', async (t) => {
+  let release!: () => void
+  const gate0 = new Promise<void>((resolve) => (release = resolve))
+  const { impl, calls } = checker(async () => {
+    await gate0
+    return { allowed: true }
+  })
+  const gate = new AuthGate({ checkers: new Map([['hub', impl]]), ttlSeconds: 0 })
+  const pending = [gate.authorize(ref, 'a'), gate.authorize(ref, 'a'), gate.authorize(ref, 'b')]
+  release()
+  await Promise.all(pending)
+  t.same(calls, ['a', 'b'])
+})
+
+t.test('a TTL reuses only allowed decisions, per token', async (t) => {
+  let decision: AuthDecision = { allowed: true }
+  const { impl, calls } = checker(() => decision)
+  const gate = new AuthGate({ checkers: new Map([['hub', impl]]), ttlSeconds: 60 })
+  await gate.authorize(ref, 'a')
+  await gate.authorize(ref, 'a')
+  t.equal(calls.length, 1, 'the allowed decision is reused within the TTL')
+  await gate.authorize(ref, 'b')
+  t.equal(calls.length, 2, 'another token is checked on its own')
+  decision = { allowed: false, reason: 'missing', message: 'the repository is private' }
+  await t.rejects(gate.authorize(ref, undefined), { code: 'auth_missing', message: /requires a token/ })
+  await t.rejects(gate.authorize(ref, undefined), { code: 'auth_missing' })
+  t.equal(calls.length, 4, 'refusals are never reused')
+})
+
+t.test('sources without a checker are open; a failing checker is auth_unavailable, never allowed', async (t) => {
+  const gate = new AuthGate({ checkers: new Map(), ttlSeconds: 0 })
+  await gate.authorize({ source: 'local', id: 'x' }, undefined)
+  const broken = new AuthGate({
+    checkers: new Map([['hub', checker(() => Promise.reject(new Error('hub unreachable'))).impl]]),
+    ttlSeconds: 0,
+  })
+  await t.rejects(broken.authorize(ref, 'a'), {
+    code: 'auth_unavailable',
+    message: 'Authorization for adapter `acme/poet` could not be checked: hub unreachable',
+  })
+})
