@@ -15,6 +15,10 @@ export interface SummaryRow {
   readonly medianMs: number
   readonly minMs: number
   readonly tokensPerSec: number
+  /** LoRA kernels' share of a step in the best round (native timer), ms. */
+  readonly loraMs: number
+  /** Adapter bytes a step streams (each distinct adapter once) over loraMs, GB/s. */
+  readonly loraGBs: number
   /** tokens/s relative to base rows at the same dtype and batch. */
   readonly vsBase: number
   /** Batch-1 only: the bandwidth roofline's step time over the measured best step time. */
@@ -40,12 +44,19 @@ export function median(xs: readonly number[]): number {
  * @param rounds per round, the runs of one dtype (the same configurations each round).
  * @param rooflineMs bandwidth roofline of a batch-1 step for a mix (bytes read / bandwidth), ms.
  */
-export function summarise(dtype: string, rounds: DecodeRun[][], rooflineMs: (mix: AdapterMix) => number): SummaryRow[] {
+export function summarise(
+  dtype: string,
+  rounds: DecodeRun[][],
+  rooflineMs: (mix: AdapterMix) => number,
+  adapterBytes: number,
+): SummaryRow[] {
   const rows: SummaryRow[] = []
   for (const first of rounds[0] ?? []) {
     const runs = rounds.map((r) => r.find((x) => x.batch === first.batch && x.mix === first.mix)!)
     const all = runs.flatMap((r) => r.stepMs)
-    const bestMs = Math.min(...runs.map((r) => median(r.stepMs)))
+    const bestRun = runs.reduce((a, b) => (median(b.stepMs) < median(a.stepMs) ? b : a))
+    const bestMs = median(bestRun.stepMs)
+    const adapters = first.mix === 'base' ? 0 : first.mix === 'one-adapter' ? 1 : first.batch
     const roof = first.batch === 1 ? rooflineMs(first.mix) : null
     rows.push({
       dtype,
@@ -55,6 +66,8 @@ export function summarise(dtype: string, rounds: DecodeRun[][], rooflineMs: (mix
       medianMs: median(all),
       minMs: Math.min(...all),
       tokensPerSec: (first.batch * 1000) / bestMs,
+      loraMs: bestRun.loraMs,
+      loraGBs: adapters > 0 && bestRun.loraMs > 0 ? (adapters * adapterBytes) / (bestRun.loraMs * 1e6) : NaN,
       vsBase: 1,
       rooflinePct: roof === null ? null : (100 * roof) / bestMs,
       rooflineMs: roof,
@@ -88,13 +101,14 @@ const f = (x: number, digits: number): string => (Number.isFinite(x) ? x.toFixed
 /** The markdown table of every configuration, then the targets. */
 export function formatTable(rows: readonly SummaryRow[], targets: readonly TargetResult[]): string {
   const lines = [
-    '| dtype | batch | adapters | ms/step best | ms/step median | ms/step min | tokens/s | vs base | % roofline (B=1) |',
-    '|---|---:|---|---:|---:|---:|---:|---:|---:|',
+    '| dtype | batch | adapters | ms/step best | ms/step median | ms/step min | tokens/s | vs base | LoRA ms (GB/s) | % roofline (B=1) |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|',
   ]
   for (const r of rows)
     lines.push(
       `| ${r.dtype} | ${r.batch} | ${r.mix} | ${f(r.bestMs, 2)} | ${f(r.medianMs, 2)} | ${f(r.minMs, 2)} | ` +
         `${f(r.tokensPerSec, 1)} | ${f(r.vsBase, 2)} | ` +
+        `${r.mix === 'base' ? '' : `${f(r.loraMs, 2)} (${f(r.loraGBs, 1)})`} | ` +
         `${r.rooflinePct === null ? '' : `${f(r.rooflinePct, 0)}% of ${f(r.rooflineMs!, 2)} ms`} |`,
     )
   lines.push('', '| dtype | target | value | limit | result |', '|---|---|---:|---|---|')

@@ -14,6 +14,8 @@ export interface DecodeRun {
   readonly mix: AdapterMix
   /** Wall time of each timed decode step, ms. */
   readonly stepMs: number[]
+  /** Native time in the LoRA shrink/expand kernels per timed step (mean), ms. */
+  readonly loraMs: number
 }
 
 /** One sequence's cache bookkeeping: its blocks and how many tokens are committed. */
@@ -75,10 +77,12 @@ export async function timeDecode(runner: NativeStepRunner, o: DecodeOptions): Pr
   const stepMs: number[] = []
   for (let i = 0; i < o.warmupSteps + o.timedSteps; i++) {
     const rows = seqs.map((s) => s.row([token(s.seqId, s.cacheLen)]))
+    if (i === o.warmupSteps) runner.profile() // reset the native counters: time only the timed steps
     const t0 = process.hrtime.bigint()
     await runner.step({ rows, kvCopies: [] })
     const ms = Number(process.hrtime.bigint() - t0) / 1e6
     if (i >= o.warmupSteps) stepMs.push(ms)
   }
-  return { batch: o.batch, mix: o.mix, stepMs }
+  const prof = runner.profile()
+  return { batch: o.batch, mix: o.mix, stepMs, loraMs: prof.steps > 0 ? prof.loraMs / prof.steps : 0 }
 }

@@ -20,7 +20,7 @@ import { defaultThreads } from '../src/runner-options.ts'
 import { benchAdapters, benchDir, benchModel, LORA_RANK } from './bench-assets.ts'
 import { formatTable, judge, median, summarise, type SummaryRow, type TargetResult } from './bench-report.ts'
 import { timeDecode, type AdapterMix, type DecodeRun } from './decode-timer.ts'
-import { decodeStepBytes } from './step-bytes.ts'
+import { decodeStepBytes, loraAdapterBytes } from './step-bytes.ts'
 
 const envInt = (name: string, dflt: number): number => {
   const v = Number(process.env[name])
@@ -91,7 +91,7 @@ async function main(): Promise<void> {
       const ctx = promptTokens + warmupSteps + timedSteps / 2
       const roofMs = (mix: AdapterMix): number =>
         (decodeStepBytes(spec, bytes, ctx, mix === 'base' ? 0 : LORA_RANK) / (bwBest * 1e9)) * 1000
-      const summary = summarise(dtype, perRound, roofMs)
+      const summary = summarise(dtype, perRound, roofMs, loraAdapterBytes(spec, bytes, LORA_RANK))
       rows.push(...summary)
       targets.push(...judge(dtype, summary))
     } finally {
