@@ -54,11 +54,6 @@ constexpr int kMaxTokens = 8;
 constexpr int kMaxTokens = 4;
 #endif
 
-// One token's fused LoRA expand over output features [n0, n1) (lora-cpu.cc; called by matmul).
-// Semantics: for n0 <= n < n1: y_t[n] += L.scale * Σ_r tmp_t[L.col + r] * f32(L.bt[r, n])
-// tmp_t: the token's row of the low-rank scratch, y_t: its output row, N: Bt's row length.
-void lora_expand_span(const LoraExpandRef& L, const float* tmp_t, int64_t N, int64_t n0, int64_t n1, float* y_t);
-
 // Shared by matmul-cpu.cc and lora-cpu.cc.
 // Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} f32(w[i][k]) * x[t][k]
 // w: kRows row pointers in `dt` (repeat a pointer for fewer rows), x: tn <= kMaxTokens f32 rows.

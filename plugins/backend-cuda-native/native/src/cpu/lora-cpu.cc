@@ -63,17 +63,6 @@ inline VecF vloadw(const void* p, int64_t i) {
 }
 #endif
 
-#if LOOM_AVX512
-// The lanes of `m` only (the rest zero, never read: masked loads do not fault).
-template <DType DT>
-inline __m512 vloadw_mask(const void* p, int64_t i, __mmask16 m) {
-  if constexpr (DT == DType::F32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-  const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
-  if constexpr (DT == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  return _mm512_cvtph_ps(h);
-}
-#endif
-
 template <DType DT>
 inline float loadw1(const void* p, int64_t i) {
   if constexpr (DT == DType::F32) return static_cast<const float*>(p)[i];
@@ -137,45 +126,6 @@ void expand_columns(const float* c, float scale, const void* bt, int rank, int64
   }
 }
 
-// Semantics: for n0 <= n < n1: y[n] += Σ_{r<R} c[r] * Bt[r, n]   (c already scaled)
-// Up to 3 vectors of outputs accumulate every rank row in registers, then one update of y.
-template <DType DT>
-void expand_span(const float* c, const void* bt, int rank, int64_t N, int64_t n0, int64_t n1, float* y) {
-#if LOOM_AVX512
-  for (int64_t n = n0; n < n1; n += 3 * kLanes) {
-    __mmask16 m[3];
-    for (int j = 0; j < 3; j++) {
-      const int64_t rem = n1 - (n + j * kLanes);
-      m[j] = rem >= kLanes ? __mmask16(0xffff) : rem > 0 ? __mmask16((1u << rem) - 1) : __mmask16(0);
-    }
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps();
-    for (int r = 0; r < rank; r++) {
-      const __m512 cr = _mm512_set1_ps(c[r]);
-      const int64_t o = int64_t(r) * N + n;
-      a0 = _mm512_fmadd_ps(cr, vloadw_mask<DT>(bt, o, m[0]), a0);
-      a1 = _mm512_fmadd_ps(cr, vloadw_mask<DT>(bt, o + kLanes, m[1]), a1);
-      a2 = _mm512_fmadd_ps(cr, vloadw_mask<DT>(bt, o + 2 * kLanes, m[2]), a2);
-    }
-    _mm512_mask_storeu_ps(y + n, m[0], _mm512_add_ps(_mm512_maskz_loadu_ps(m[0], y + n), a0));
-    _mm512_mask_storeu_ps(y + n + kLanes, m[1], _mm512_add_ps(_mm512_maskz_loadu_ps(m[1], y + n + kLanes), a1));
-    _mm512_mask_storeu_ps(y + n + 2 * kLanes, m[2],
-                          _mm512_add_ps(_mm512_maskz_loadu_ps(m[2], y + n + 2 * kLanes), a2));
-  }
-#else
-  int64_t n = n0;
-  for (; n + kLanes <= n1; n += kLanes) {
-    VecF a = vset1(0.0f);
-    for (int r = 0; r < rank; r++) a = vfma(vset1(c[r]), vloadw<DT>(bt, int64_t(r) * N + n), a);
-    vstoref(y + n, _mm256_add_ps(vloadf(y + n), a));
-  }
-  for (; n < n1; n++) {
-    float acc = 0;
-    for (int r = 0; r < rank; r++) acc += c[r] * loadw1<DT>(bt, int64_t(r) * N + n);
-    y[n] += acc;
-  }
-#endif
-}
-
 template <DType DT>
 void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int64_t s0, int64_t s1,
                      float* y, int64_t ldy) {
@@ -196,17 +146,6 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
   }
 }
 }  // namespace
-
-// Semantics: for n0 <= n < n1: y_t[n] += L.scale * Σ_r tmp_t[L.col + r] * L.bt[r, n]   (Bt [R, N])
-void lora_expand_span(const LoraExpandRef& L, const float* tmp_t, int64_t N, int64_t n0, int64_t n1, float* y_t) {
-  float c[128];
-  for (int r = 0; r < L.rank; r++) c[r] = L.scale * tmp_t[L.col + r];
-  switch (L.dtype) {
-    case DType::F32: expand_span<DType::F32>(c, L.bt, L.rank, N, n0, n1, y_t); break;
-    case DType::BF16: expand_span<DType::BF16>(c, L.bt, L.rank, N, n0, n1, y_t); break;
-    case DType::F16: expand_span<DType::F16>(c, L.bt, L.rank, N, n0, n1, y_t); break;
-  }
-}
 
 // Semantics: for seg, t in seg, r < R_seg: tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx + k] * A_seg[r, k]
 // x [T, ldx], A_seg [R_seg, K] (in dtype_seg), tmp [T, ldt]. Each work item dots kRows rows of its

@@ -31,24 +31,6 @@ constexpr int64_t kTokenTile = 64;  // tokens per pass over the weights (X tile 
 // prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
 // probe's bandwidth. Into L1 (T0): the distance is short enough not to evict the x tile.
 constexpr int64_t kPrefetchBlocks = 2;
-// Fused LoRA expand: output rows are expanded in spans of this many (16 row blocks) once their
-// base values are written, and the next span's Bt slices of every token are prefetched over the
-// blocks of the current span (a few rows of many adapters: scattered lines no hardware
-// prefetcher would find, fetched while the base matmul computes).
-constexpr int64_t kExpandSpan = 16 * kRows;
-
-// Prefetch Bt[r, n0:n1) of token t's adapter for every rank row r (skipped when token t - 1 of
-// the tile uses the same adapter: a shared adapter is fetched once).
-inline void prefetch_expand(const MatmulJob& job, int64_t t, int64_t t_first, int64_t n0, int64_t n1) {
-  const LoraExpandRef& L = job.lora[t];
-  if (!L.bt || n0 >= n1 || (t > t_first && job.lora[t - 1].bt == L.bt)) return;
-  const int64_t ds = dtype_size(L.dtype), N = job.w.rows;
-  for (int r = 0; r < L.rank; r++) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(L.bt) + uintptr_t((int64_t(r) * N + n0) * ds);
-    const uintptr_t e = p + uintptr_t((n1 - n0) * ds);
-    for (uintptr_t q = p & ~uintptr_t(63); q < e; q += 64) _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
-  }
-}
 
 #if LOOM_AVX512
 
@@ -289,39 +271,9 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
     static thread_local std::vector<float> tile;  // widened weight rows [kRows, K]
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
-      // Fused LoRA expand state: rows [span_n0, span_n1) of job span_job have their base values
-      // for tokens [t0, t1) and await the expand; the next span is prefetched token by token.
-      int span_job = -1;
-      int64_t span_n0 = 0, span_n1 = 0, pf_t = t1, pf_n0 = 0, pf_n1 = 0;
-      const auto flush = [&]() {
-        if (span_job < 0) return;
-        const MatmulJob& sj = jobs[span_job];
-        for (int64_t t = t0; t < t1; t++)
-          if (sj.lora[t].bt)
-            lora_expand_span(sj.lora[t], sj.lora_tmp + t * sj.lora_ldt, sj.w.rows, span_n0, span_n1, sj.y + t * sj.ldy);
-        span_job = -1;
-      };
       for (int64_t b = b0; b < b1; b++) {
-        const int jidx = int(blocks[b] >> 40);
-        const MatmulJob& job = jobs[jidx];
+        const MatmulJob& job = jobs[blocks[b] >> 40];
         const int64_t n0 = blocks[b] & ((int64_t(1) << 40) - 1);
-        if (job.lora) {
-          if (span_job != jidx || span_n1 != n0 || span_n1 - span_n0 >= kExpandSpan) {
-            const bool first = span_job != jidx || span_n1 != n0;
-            flush();
-            span_job = jidx;
-            span_n0 = span_n1 = n0;
-            // A chunk's first span has nothing prefetched yet: fetch it now, all at once.
-            if (first)
-              for (int64_t t = t0; t < t1; t++) prefetch_expand(job, t, t0, n0, std::min(job.w.rows, n0 + kExpandSpan));
-            pf_t = t0;
-            pf_n0 = std::min(job.w.rows, n0 + kExpandSpan);
-            pf_n1 = std::min(job.w.rows, n0 + 2 * kExpandSpan);
-          }
-          // A share of the next span's prefetches per block (the span has kExpandSpan / kRows blocks).
-          const int64_t per_block = (t1 - t0 + kExpandSpan / kRows - 1) / (kExpandSpan / kRows);
-          for (int64_t i = 0; i < per_block && pf_t < t1; i++, pf_t++) prefetch_expand(job, pf_t, t0, pf_n0, pf_n1);
-        }
         const int64_t K = job.w.cols;
         const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
         const void* w[kRows];
@@ -361,9 +313,7 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
             }
           }
         }
-        if (job.lora) span_n1 = n0 + nrows;
       }
-      flush();
     }
   });
 }

@@ -25,27 +25,12 @@ struct WeightView {
   int64_t cols = 0;  // K, input features
 };
 
-// One token's LoRA expand, fused into the matmul job that produces that token's output row (BGMV
-// expand without a pass of its own: the adapter's Bt slice for the rows a thread just computed
-// is streamed while the base weights are, so its bytes overlap the base projection).
-struct LoraExpandRef {
-  const void* bt = nullptr;  // Bt [R, N] in `dtype`, or null: this token has no adapter
-  DType dtype = DType::F32;
-  int32_t rank = 0;          // R
-  int32_t col = 0;           // first column of the token's low-rank activations in tmp
-  float scale = 1.0f;        // alpha / r
-};
-
-// One projection sharing the op's input: y[t, n] (+)= bias[n] + dot(x[t, :], w[n, :])
-// (+ the token's LoRA expand when `lora` is set).
+// One projection sharing the op's input: y[t, n] (+)= bias[n] + dot(x[t, :], w[n, :]).
 struct MatmulJob {
   WeightView w;                 // [N, K]
   const float* bias = nullptr;  // [N] or null
   float* y = nullptr;           // [T, ldy], columns [0, N) written
   int64_t ldy = 0;
-  const LoraExpandRef* lora = nullptr;  // [T] per-token adapters, or null: no LoRA on this job
-  const float* lora_tmp = nullptr;      // [T, lora_ldt] low-rank activations (lora_shrink's output)
-  int64_t lora_ldt = 0;
 };
 
 // A run of consecutive tokens that use one adapter (SGMV segment; a decode row is a segment of
@@ -87,7 +72,6 @@ class Device {
 
   // Semantics: for j<njobs, t<T, n<N_j: y_j[t*ldy_j+n] = (accumulate ? y_j[..] : 0) + bias_j[n]
   //            + Σ_k x[t*ldx+k] * W_j[n,k]
-  //            + (L = lora_j[t], L.bt ? L.scale * Σ_r lora_tmp_j[t*lora_ldt_j + L.col + r] * L.bt[r,n] : 0)
   // x [T, ldx] (K = W_j.cols, equal for all jobs); each weight row is streamed once for all T.
   virtual void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                       bool accumulate) = 0;

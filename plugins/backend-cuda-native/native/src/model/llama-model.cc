@@ -131,7 +131,7 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     kv_slots_.resize(T);
     attn_rows_.reserve(T);
     segs_.reserve(T * 6 + 16);
-    expand_refs_.resize(T * 3);
+    seg_module_.reserve(T * 3 + 8);
   } catch (const std::bad_alloc&) {
     return Status::Error("model_invalid", "not enough memory for the KV cache (" + std::to_string(opt_.kv_blocks) +
                                               " blocks) and scratch for " + std::to_string(opt_.max_batch_tokens) +
@@ -304,16 +304,15 @@ void LlamaModel::plan_lora_runs(const StepInput& in) {
   }
 }
 
-// LoRA for the projections `modules` (sharing input x [T, ldx] of K features), first half: one
-// shrink for all modules of every LoRA run together into the low-rank scratch [T, ldt], and the
-// per-token expand references the base matmul then applies as it writes each output row block
-// (see MatmulJob::lora). Returns false when no row of the step has an adapter on these modules.
-bool LlamaModel::lora_shrink_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K,
-                                  int64_t T) {
+// Apply the adapters of every LoRA run to the projections `modules` (sharing input x [T, ldx] of
+// K features): one shrink for all modules together into the low-rank scratch [T, ldt], then one
+// expand per module into ys[m] [T, lds[m]] of ns[m] features.
+void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K,
+                           float* const* ys, const int64_t* lds, const int64_t* ns) {
   // The scratch has room for three modules' ranks per token (q|k|v is the widest group).
   const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
   segs_.clear();
-  std::fill(expand_refs_.begin(), expand_refs_.begin() + nmod * T, LoraExpandRef{});
+  seg_module_.clear();
   for (const LoraRun& run : lora_runs_) {
     const auto& mods = slots_[size_t(run.slot)]->lora[size_t(layer)];
     int32_t col = 0;  // this run's modules sit side by side in the scratch columns
@@ -321,26 +320,27 @@ bool LlamaModel::lora_shrink_pass(int layer, const int* modules, int nmod, const
       const LoraModuleSlot& ms = mods[size_t(modules[m])];
       if (ms.rank == 0) continue;
       segs_.push_back({run.tok_start, run.tok_count, ms.a_data(), ms.dtype, ms.rank, col, ms.scale});
-      const LoraExpandRef ref{ms.bt_data(), ms.dtype, ms.rank, col, ms.scale};
-      for (int32_t t = run.tok_start; t < run.tok_start + run.tok_count; t++) expand_refs_[size_t(m * T + t)] = ref;
+      seg_module_.push_back({m, ms.bt_data()});
       col += ms.rank;
     }
   }
-  if (segs_.empty()) return false;  // no LoRA row in this step: the base projection is the answer
+  if (segs_.empty()) return;  // no LoRA row in this step: the base projection is the answer
   const auto started = std::chrono::steady_clock::now();
   dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
-  prof_lora_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
-  return true;
-}
-
-// Second half: hand module m's expand references to its matmul job.
-void LlamaModel::attach_lora(MatmulJob* jobs, int nmod, int64_t T) const {
-  const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
+  const size_t nshrink = segs_.size();
   for (int m = 0; m < nmod; m++) {
-    jobs[m].lora = expand_refs_.data() + m * T;
-    jobs[m].lora_tmp = lora_tmp_.data();
-    jobs[m].lora_ldt = ldt;
+    const size_t first = segs_.size();
+    for (size_t i = 0; i < nshrink; i++) {
+      if (seg_module_[i].first != m) continue;
+      LoraSegment e = segs_[i];
+      e.w = seg_module_[i].second;  // Bt [R, N]
+      segs_.push_back(e);
+    }
+    const int n = int(segs_.size() - first);
+    if (n > 0) dev_->lora_expand(lora_tmp_.data(), ldt, ns[m], segs_.data() + first, n, ys[m], lds[m]);
+    segs_.resize(first);
   }
+  prof_lora_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
 }
 
 // One forward pass over every row of the step (prefill chunks, decode rows, Medusa candidates
@@ -412,14 +412,17 @@ Status LlamaModel::forward(const StepInput& in) {
     dev_->rmsnorm(x, T, H, H, L.in_norm.data(), cfg_.rms_eps, xn, H);
     // q | k | v = xn · [Wq; Wk; Wv]ᵀ (+ Qwen2 biases), one pass over the three weights so the
     // thread pool splits their rows together.                // [T, QD + 2 KD]
-    // LoRA on q, k, v: one shrink of xn for the three modules first; each module's expand is
-    // fused into its job of the matmul.
-    MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
-                             {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
-                             {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
+    const MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
+                                   {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
+                                   {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
     const int qkv_mods[3] = {kQ, kK, kV};
-    if (lora_shrink_pass(int(l), qkv_mods, 3, xn, H, H, T)) attach_lora(qkv_jobs, 3, T);
     dev_->matmul(xn, T, H, qkv_jobs, 3, false);
+    // LoRA on q, k, v: one shrink of xn for the three modules, then one expand per module.
+    {
+      float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
+      const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
+      lora_pass(int(l), qkv_mods, 3, xn, H, H, ys, lds, ns);
+    }
     // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
     dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
     dev_->rope(qkv + QD, T, W, int(cfg_.kv_heads), int(D), cos_.data(), sin_.data());
@@ -431,25 +434,37 @@ Status LlamaModel::forward(const StepInput& in) {
     // attn = softmax(q kᵀ / sqrt(D)) v per row, causal or tree-masked among new tokens  // [T, QD]
     dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
     // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]
-    MatmulJob o_job{L.o, nullptr, x, H};
+    const MatmulJob o_job{L.o, nullptr, x, H};
     const int o_mods[1] = {kO};
-    if (lora_shrink_pass(int(l), o_mods, 1, attn_.data(), QD, QD, T)) attach_lora(&o_job, 1, T);
-    dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn) (+ LoRA)
+    dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn)
+    {
+      float* ys[1] = {x};
+      const int64_t lds[1] = {H}, ns[1] = {H};
+      lora_pass(int(l), o_mods, 1, attn_.data(), QD, QD, ys, lds, ns);
+    }
     // ---- MLP block (SwiGLU) ----
     // xn = RMSNorm(x) · w_post                                // [T, H]
     dev_->rmsnorm(x, T, H, H, L.post_norm.data(), cfg_.rms_eps, xn, H);
     // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass          // [T, I] each
-    MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
+    const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
     const int gu_mods[2] = {kGate, kUp};
-    if (lora_shrink_pass(int(l), gu_mods, 2, xn, H, H, T)) attach_lora(gu_jobs, 2, T);
     dev_->matmul(xn, T, H, gu_jobs, 2, false);
+    {
+      float* ys[2] = {gate_.data(), up_.data()};
+      const int64_t lds[2] = {I, I}, ns[2] = {I, I};
+      lora_pass(int(l), gu_mods, 2, xn, H, H, ys, lds, ns);
+    }
     // act = SiLU(gate) ⊙ up                                  // [T, I]
     dev_->silu_mul(gate_.data(), up_.data(), T * I, act_.data());
     // x += act · Wdownᵀ (+ LoRA)                              // [T, H]
-    MatmulJob down_job{L.down, nullptr, x, H};
+    const MatmulJob down_job{L.down, nullptr, x, H};
     const int down_mods[1] = {kDown};
-    if (lora_shrink_pass(int(l), down_mods, 1, act_.data(), I, I, T)) attach_lora(&down_job, 1, T);
-    dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act) (+ LoRA)
+    dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act)
+    {
+      float* ys[1] = {x};
+      const int64_t lds[1] = {H}, ns[1] = {H};
+      lora_pass(int(l), down_mods, 1, act_.data(), I, I, ys, lds, ns);
+    }
   }
 
   // LM head only on the requested rows: gather, final norm, project. [L, H] -> [L, V]

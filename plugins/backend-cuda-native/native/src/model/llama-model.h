@@ -124,8 +124,8 @@ class LlamaModel {
     int32_t tok_start, tok_count, slot;
   };
   void plan_lora_runs(const StepInput& in);
-  bool lora_shrink_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K, int64_t T);
-  void attach_lora(MatmulJob* jobs, int nmod, int64_t T) const;
+  void lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K, float* const* ys,
+                 const int64_t* lds, const int64_t* ns);
 
   Device* dev_;
   ModelConfig cfg_;
@@ -144,7 +144,7 @@ class LlamaModel {
   std::vector<AttnRow> attn_rows_;
   std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
-  std::vector<LoraExpandRef> expand_refs_;  // [3, T]: per module of a group, each token's expand
+  std::vector<std::pair<int, const void*>> seg_module_;  // per shrink segment: module index, its Bt
   // Step timing for the bench (take_profile); written by the stepping worker, read by JS.
   std::atomic<int64_t> prof_steps_{0}, prof_step_ns_{0}, prof_lora_ns_{0};
 };

@@ -23,13 +23,6 @@ class ReferenceDevice final : public Device {
           double acc = 0;
           for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * load_weight(job.w.data, job.w.dtype, n * K + k);
           if (job.bias) acc += job.bias[n];
-          if (job.lora && job.lora[t].bt) {
-            const LoraExpandRef& L = job.lora[t];
-            double lo = 0;
-            for (int r = 0; r < L.rank; r++)
-              lo += double(job.lora_tmp[t * job.lora_ldt + L.col + r]) * load_weight(L.bt, L.dtype, int64_t(r) * job.w.rows + n);
-            acc += L.scale * lo;
-          }
           float* y = &job.y[t * job.ldy + n];
           *y = accumulate ? float(*y + acc) : float(acc);
         }

@@ -134,61 +134,6 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
-// matmul with the LoRA expand fused per token (MatmulJob::lora), adapters in the weights' dtype:
-// distinct adapters per token, one shared adapter, and tokens without one; ranks 1..128 (tails of
-// the 3-vector expand), N spanning one or many expand spans and ending mid-span, more tokens than
-// one token tile, several jobs so a thread's row range crosses jobs.
-void test_matmul_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
-  const char* mixes[] = {"distinct", "shared", "some-none"};
-  for (DType dt : {DType::F32, DType::BF16, DType::F16})
-    for (int mix = 0; mix < 3; mix++)
-      for (int64_t T : {1, 3, 8, 33, 70}) {
-        const int64_t K = rng.pick<int64_t>({576, 100}), ldt = 3 * 128;
-        const int njobs = rng.range(1, 3);
-        const bool acc = rng.next() & 1;
-        std::vector<TestWeight> ws, bts;
-        std::vector<std::vector<float>> y0, y1;
-        std::vector<std::vector<LoraExpandRef>> refs;
-        std::vector<int64_t> Ns;
-        auto tmp = randn(rng, size_t(T * ldt));
-        for (int j = 0; j < njobs; j++) {
-          const int64_t N = rng.pick<int64_t>({5, 64, 131, 192, 1536});
-          Ns.push_back(N);
-          ws.push_back(make_weight(rng, dt, N, K));
-          const int nad = mix == 1 ? 1 : int(T);
-          const size_t first = bts.size();
-          std::vector<int> ranks;
-          for (int a = 0; a < nad; a++) {
-            ranks.push_back(rng.pick({1, 3, 8, 16, 17, 64, 128}));
-            bts.push_back(make_weight(rng, dt, ranks.back(), N, 0.2f));
-          }
-          refs.emplace_back(size_t(T));
-          for (int64_t t = 0; t < T; t++) {
-            const int a = mix == 1 ? 0 : int(t);
-            if (mix == 2 && rng.range(0, 2) == 0) continue;  // no adapter on this token
-            const int r = ranks[size_t(a)];
-            refs.back()[size_t(t)] = {bts[first + size_t(a)].view(dt, r, N).data, dt, r, rng.range(0, int(ldt) - r),
-                                      rng.uniform(0.1f, 4.0f)};
-          }
-          y0.push_back(randn(rng, size_t(T * (N + 3))));
-          y1.push_back(y0.back());
-        }
-        auto x = randn(rng, size_t(T * K));
-        std::vector<MatmulJob> j0, j1;
-        for (int j = 0; j < njobs; j++) {
-          const auto N = Ns[size_t(j)];
-          j0.push_back({ws[size_t(j)].view(dt, N, K), nullptr, y0[size_t(j)].data(), N + 3, refs[size_t(j)].data(), tmp.data(), ldt});
-          j1.push_back({ws[size_t(j)].view(dt, N, K), nullptr, y1[size_t(j)].data(), N + 3, refs[size_t(j)].data(), tmp.data(), ldt});
-        }
-        dev->matmul(x.data(), T, K, j0.data(), njobs, acc);
-        ref->matmul(x.data(), T, K, j1.data(), njobs, acc);
-        for (int j = 0; j < njobs; j++)
-          ck.compare("matmul+lora", dims((std::string("matmul+lora ") + mixes[mix] + " " + dtype_name(dt)).c_str(),
-                                         {{"T", T}, {"N", Ns[size_t(j)]}, {"K", K}, {"jobs", njobs}, {"acc", acc}}),
-                     y0[size_t(j)].data(), y1[size_t(j)].data(), y0[size_t(j)].size(), 1e-5 * std::sqrt(double(K + 128)), 1e-4);
-      }
-}
-
 // rmsnorm, rope, silu (large |gate| reaches exp's clamps), embedding per dtype (exact) and argmax
 // (exact, first maximum) at real hidden sizes, head dims and vocabulary size.
 void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
@@ -411,7 +356,6 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   Rng rng{seed};
   Device* ref = reference_device();
   test_matmul(device, ref, rng, ck);
-  test_matmul_lora(device, ref, rng, ck);
   test_elementwise(device, ref, rng, ck);
   test_attention(device, ref, rng, ck);
   test_lora(device, ref, rng, ck);
