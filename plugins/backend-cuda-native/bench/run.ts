@@ -12,6 +12,13 @@
  * Knobs (environment): LOOM_THREADS (default: all cores), LOOM_BENCH_ROUNDS (3),
  * LOOM_BENCH_STEPS (timed steps per configuration and round, 8), LOOM_BENCH_DTYPES
  * (`float32,bfloat16`), LOOM_BENCH_BATCHES (`1,8,32`), LOOM_BENCH_DIR (asset cache).
+ *
+ * Then the Medusa section (medusa-bench.ts): greedy generation through the BatchingEngine at
+ * batch 1 and 4 with and without the demo model's heads. Knobs: LOOM_BENCH_MEDUSA (`0` skips
+ * it), LOOM_BENCH_MEDUSA_MODEL / LOOM_BENCH_MEDUSA_HEADS (folders; default models/demo and
+ * models/demo/medusa), LOOM_BENCH_MEDUSA_TOKENS (new tokens per request, 96),
+ * LOOM_BENCH_MEDUSA_PROMPTS (requests per configuration, 8), LOOM_BENCH_MEDUSA_CHOICES (a JSON
+ * `medusa_choices` tree; default: the engine's).
  */
 import os from 'node:os'
 import type { ModelDtype } from '@loom/testkit'
@@ -20,6 +27,8 @@ import { defaultThreads } from '../src/runner-options.ts'
 import { benchAdapters, benchDir, benchModel, LORA_RANK } from './bench-assets.ts'
 import { formatTable, judge, median, summarise, type SummaryRow, type TargetResult } from './bench-report.ts'
 import { timeDecode, type AdapterMix, type DecodeRun } from './decode-timer.ts'
+import { medusaAssets } from './medusa-assets.ts'
+import { benchMedusa, formatMedusaTable, type MedusaRow } from './medusa-bench.ts'
 import { decodeStepBytes, loraAdapterBytes } from './step-bytes.ts'
 
 const envInt = (name: string, dflt: number): number => {
@@ -98,6 +107,21 @@ async function main(): Promise<void> {
       await runner.close()
     }
   }
+  let medusa: { description: string; demo: boolean; rows: MedusaRow[] } | null = null
+  if (process.env.LOOM_BENCH_MEDUSA !== '0') {
+    const assets = await medusaAssets(envInt('LOOM_BENCH_MEDUSA_PROMPTS', 8), log)
+    log(`medusa: ${assets.description}`)
+    const medusaRows = await benchMedusa({
+      ...assets,
+      batches: [1, 4],
+      maxNewTokens: envInt('LOOM_BENCH_MEDUSA_TOKENS', 96),
+      threads,
+      ...(process.env.LOOM_BENCH_MEDUSA_CHOICES
+        ? { choices: JSON.parse(process.env.LOOM_BENCH_MEDUSA_CHOICES) as number[][] }
+        : {}),
+    })
+    medusa = { description: assets.description, demo: assets.demo, rows: medusaRows }
+  }
   const bwAfter = await bandwidth()
   const bwAll = [...bwRuns, ...bwAfter]
   const load1 = os.loadavg()[0]!
@@ -114,6 +138,21 @@ async function main(): Promise<void> {
   out('')
   out(formatTable(rows, targets))
   out('')
+  if (medusa) {
+    const b1 = medusa.rows.filter((r) => r.batch === 1)
+    const speedup = (b1.find((r) => r.medusa)?.tokensPerSec ?? NaN) / (b1.find((r) => !r.medusa)?.tokensPerSec ?? NaN)
+    out('')
+    out(`### Medusa (greedy, through the BatchingEngine): ${medusa.description}`)
+    out('')
+    out(formatMedusaTable(medusa.rows))
+    out('')
+    out('| target (issue 7, point 2) | value | limit | result |')
+    out('|---|---:|---|---|')
+    out(
+      `| Medusa tokens/s speed-up at batch 1${medusa.demo ? '' : ' (random model, not the demo heads)'} | ` +
+        `${speedup.toFixed(2)} | >= 1.80 | ${speedup >= 1.8 ? 'PASS' : 'FAIL'} |`,
+    )
+  }
   const passed = targets.filter((t) => t.pass).length
   out(`${passed}/${targets.length} targets pass; ran ${((Date.now() - started) / 1000).toFixed(0)}s`)
   out(
@@ -126,6 +165,7 @@ async function main(): Promise<void> {
       bandwidthGBs: { best: Math.max(...bwAll), median: median(bwAll), runs: bwAll },
       rows,
       targets,
+      medusa,
     }),
   )
 }

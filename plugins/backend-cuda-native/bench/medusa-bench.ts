@@ -1,0 +1,210 @@
+/**
+ * The Medusa part of `npm run bench` (issue 7, acceptance 2): tokens/s of greedy generation at
+ * batch 1 and 4 with and without Medusa heads, mean tokens accepted per verification step, and
+ * the cost of one verification step against one plain decode step.
+ *
+ * Verification (tree candidates, acceptance, KV compaction) lives in the core's BatchingEngine,
+ * so this drives the engine over a `NativeStepRunner`, as the server does, rather than raw runner
+ * steps. The engine and adapter reader are core internals (not on `@loom/core`'s public surface):
+ * this dev tool imports them by path, like tools/demo-model does; plugin code never does.
+ *
+ * Requests run with no EOS (exactly `maxNewTokens` tokens each), so both modes generate the same
+ * number of tokens and tokens/s compare directly; the timing includes each batch's prefill.
+ */
+import type { BackendRequest, Logger, MedusaWeights, ModelSpec, StepBatch, StepOutput, StepRunner } from '@loom/core'
+import { readMedusaAdapter } from '../../../core/src/adapters/read-medusa.ts'
+import { BatchingEngine } from '../../../core/src/engine/batching-engine.ts'
+import { NativeStepRunner } from '../src/index.ts'
+
+export interface MedusaBenchOptions {
+  readonly modelDir: string
+  readonly headsDir: string
+  /** Prompts as token ids (already tokenized, BOS included where the model wants it). */
+  readonly prompts: readonly (readonly number[])[]
+  readonly batches: readonly number[]
+  readonly maxNewTokens: number
+  readonly threads: number
+  /** Candidate tree (`medusa_choices`); absent: the engine's default. */
+  readonly choices?: readonly (readonly number[])[]
+}
+
+export interface MedusaRow {
+  readonly batch: number
+  readonly medusa: boolean
+  readonly requests: number
+  readonly tokens: number
+  readonly seconds: number
+  readonly tokensPerSec: number
+  /** With Medusa: tokens emitted per verification row (1 sampled + accepted candidates). */
+  readonly tokensPerVerify: number | null
+  /** With Medusa: accepted candidates per verification row. */
+  readonly acceptedPerVerify: number | null
+  /** Median wall time of a step whose rows are all plain decode rows (one token each), ms. */
+  readonly plainStepMs: number | null
+  /** Median wall time of a step where every row verifies a tree, ms. */
+  readonly verifyStepMs: number | null
+  /** Mean tokens fed per verification row (the tree size + 1). */
+  readonly treeTokens: number | null
+}
+
+/** Step timings sorted by kind, recorded by a runner wrapper. */
+class StepClock {
+  plain: number[] = []
+  verify: number[] = []
+  verifyTokens = 0
+  verifyRows = 0
+
+  wrap(runner: NativeStepRunner): StepRunner {
+    return {
+      load: (): Promise<ModelSpec> => runner.load(),
+      loadAdapter: (w) => runner.loadAdapter(w),
+      unloadAdapter: (slot) => runner.unloadAdapter(slot),
+      close: () => runner.close(),
+      step: async (batch: StepBatch): Promise<StepOutput> => {
+        const t0 = performance.now()
+        const out = await runner.step(batch)
+        const ms = performance.now() - t0
+        const rows = batch.rows
+        // Pure decode steps (every row one token, no heads asked) vs pure verification steps
+        // (every row a tree with Medusa heads); mixed and prefill steps are not classified.
+        if (rows.length > 0 && rows.every((r) => r.tokens.length === 1 && r.medusaIndices.length === 0))
+          this.plain.push(ms)
+        else if (
+          rows.length > 0 &&
+          rows.every((r) => r.tokens.length > 1 && r.medusaIndices.length > 0 && r.cacheLen > 0)
+        ) {
+          this.verify.push(ms)
+          this.verifyRows += rows.length
+          this.verifyTokens += rows.reduce((n, r) => n + r.tokens.length, 0)
+        }
+        return out
+      },
+    }
+  }
+}
+
+const silentLogger: Logger = {
+  debug: () => {},
+  info: () => {},
+  warn: () => {},
+  error: () => {},
+  child: () => silentLogger,
+}
+
+const median = (xs: readonly number[]): number | null => {
+  if (xs.length === 0) return null
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
+}
+
+const GREEDY = {
+  temperature: 0,
+  topK: 0,
+  topP: 1,
+  typicalP: 1,
+  repetitionPenalty: 1,
+  frequencyPenalty: 0,
+  presencePenalty: 0,
+  seed: 0n,
+} as const
+
+/** Run every configuration (batch × with/without Medusa) on one engine; rows in that order. */
+export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
+  const maxBatch = Math.max(...o.batches)
+  const clock = new StepClock()
+  const runner = new NativeStepRunner(o.modelDir, { threads: o.threads, kv_cache_tokens: 16384, kv_block_size: 16 })
+  let heads: MedusaWeights | null = null
+  const engine = new BatchingEngine({
+    runner: clock.wrap(runner),
+    limits: { maxBatchSize: maxBatch, maxBatchPrefillTokens: 2048, maxConcurrentRequests: 256 },
+    readAdapter: async (adapter, spec) => (heads ??= await readMedusaAdapter(adapter.dir, adapter.resolved.id, spec)),
+    logger: silentLogger,
+    name: 'bench',
+    ...(o.choices ? { speculation: { choices: o.choices } } : {}),
+  })
+  const rows: MedusaRow[] = []
+  try {
+    await engine.start()
+    const speculator = await engine.loadAdapter({
+      resolved: { source: 'local', id: 'medusa', revision: 'bench', files: [] },
+      dir: o.headsDir,
+      kind: 'medusa',
+    })
+    let nextId = 0
+    const generate = async (inputIds: readonly number[], medusa: boolean): Promise<number> => {
+      const request: BackendRequest = {
+        id: `bench-${++nextId}`,
+        inputIds: [...inputIds],
+        maxNewTokens: o.maxNewTokens,
+        sampling: GREEDY,
+        eosTokenIds: [],
+        adapter: null,
+        speculator: medusa ? speculator : null,
+        constraint: null,
+        topLogprobs: 0,
+        prefillLogprobs: false,
+        signal: new AbortController().signal,
+      }
+      let n = 0
+      for await (const e of engine.submit(request)) if (e.type === 'tokens') n += e.tokens.length
+      return n
+    }
+    // Warm-up: one request each way (first steps allocate, page in the weights).
+    await generate(o.prompts[0]!, false)
+    await generate(o.prompts[0]!, true)
+    for (const batch of o.batches)
+      for (const medusa of [false, true]) {
+        clock.plain = []
+        clock.verify = []
+        clock.verifyRows = clock.verifyTokens = 0
+        const before = engine.speculationStats()
+        let tokens = 0
+        const started = performance.now()
+        // The prompts in groups of `batch`, each group submitted together.
+        for (let i = 0; i + batch <= o.prompts.length; i += batch) {
+          const counts = await Promise.all(o.prompts.slice(i, i + batch).map((p) => generate(p, medusa)))
+          tokens += counts.reduce((a, b) => a + b, 0)
+        }
+        const seconds = (performance.now() - started) / 1000
+        const after = engine.speculationStats()
+        const verifies = after.verifySteps - before.verifySteps
+        rows.push({
+          batch,
+          medusa,
+          requests: Math.floor(o.prompts.length / batch) * batch,
+          tokens,
+          seconds,
+          tokensPerSec: tokens / seconds,
+          tokensPerVerify: medusa && verifies > 0 ? (after.emittedTokens - before.emittedTokens) / verifies : null,
+          acceptedPerVerify: medusa && verifies > 0 ? (after.acceptedTokens - before.acceptedTokens) / verifies : null,
+          plainStepMs: median(clock.plain),
+          verifyStepMs: median(clock.verify),
+          treeTokens: clock.verifyRows > 0 ? clock.verifyTokens / clock.verifyRows : null,
+        })
+      }
+  } finally {
+    await engine.close()
+  }
+  return rows
+}
+
+const f = (x: number | null, digits: number): string => (x === null || !Number.isFinite(x) ? '' : x.toFixed(digits))
+
+/** The markdown table, with the speed-up of each Medusa row over the plain row of its batch. */
+export function formatMedusaTable(rows: readonly MedusaRow[]): string {
+  const lines = [
+    '| batch | Medusa | tokens | tokens/s | speed-up | tokens / verify step | accepted / verify step | plain step ms | verify step ms (tree tokens) |',
+    '|---:|---|---:|---:|---:|---:|---:|---:|---:|',
+  ]
+  for (const r of rows) {
+    const plain = rows.find((p) => p.batch === r.batch && !p.medusa)
+    lines.push(
+      `| ${r.batch} | ${r.medusa ? 'yes' : 'no'} | ${r.tokens} | ${f(r.tokensPerSec, 1)} | ` +
+        `${plain ? f(r.tokensPerSec / plain.tokensPerSec, 2) : ''} | ${f(r.tokensPerVerify, 2)} | ` +
+        `${f(r.acceptedPerVerify, 2)} | ${f(r.plainStepMs, 2)} | ` +
+        `${r.verifyStepMs === null ? '' : `${f(r.verifyStepMs, 2)} (${f(r.treeTokens, 1)})`} |`,
+    )
+  }
+  return lines.join('\n')
+}
