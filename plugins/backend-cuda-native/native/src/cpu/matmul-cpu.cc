@@ -31,6 +31,11 @@ constexpr int64_t kTokenTile = 64;  // tokens per pass over the weights (X tile 
 // prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
 // probe's bandwidth. Into L1 (T0): the distance is short enough not to evict the x tile.
 constexpr int64_t kPrefetchBlocks = 2;
+// Up to this many tokens the later block is prefetched in one burst at the start of a block
+// (the step is bandwidth-bound and the burst measured best); above it the prefetches are spread
+// over the k-loop of the dot (dot_block's pf), which took batch-8 f32 steps from ~35 to ~25 ms
+// here: a burst of 108 prefetches fills the miss buffers and stalls the FMAs behind it.
+constexpr int64_t kBurstPrefetchTokens = 2;
 
 #if LOOM_AVX512
 
@@ -75,8 +80,15 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // The micro-kernel. Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} W_i[k] * x_t[k]
 // w: kRows row pointers in Ld's dtype, x: TN f32 rows. Accumulators: TN × kRows zmm.
+// pf: kRows rows of a later block to prefetch into L1 as this one streams, pf_es bytes per
+// element: one line per row per k-step (f32), spread over the loop rather than issued as a burst
+// that fills the miss buffers and stalls the FMAs (pass the block's own rows for none).
 template <typename Ld, int TN>
-inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out) {
+inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out, const char* const* pf,
+                      int64_t pf_es) {
+  const char* const pf0 = pf[0];
+  const char* const pf1 = pf[1];
+  const char* const pf2 = pf[2];
   // Every loop over t or i is fully unrolled so the accumulators and pointers live in registers:
   // an array indexed by a loop the compiler keeps rolled is spilled to the stack every k-step.
   const void* const w0p = w[0];
@@ -105,7 +117,12 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
     }
   };
   int64_t k = 0;
-  for (; k + 16 <= K; k += 16) fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k, 0xffff, false);
+  for (; k + 16 <= K; k += 16) {
+    _mm_prefetch(pf0 + k * pf_es, _MM_HINT_T0);
+    _mm_prefetch(pf1 + k * pf_es, _MM_HINT_T0);
+    _mm_prefetch(pf2 + k * pf_es, _MM_HINT_T0);
+    fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k, 0xffff, false);
+  }
   if (k < K) {
     const __mmask16 m = __mmask16((1u << (K - k)) - 1);
     fma_step(Ld::load_tail(w0p, k, m), Ld::load_tail(w1p, k, m), Ld::load_tail(w2p, k, m), k, m, true);
@@ -122,27 +139,29 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
 }
 
 template <typename Ld>
-void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out, const char* const* pf,
+            int64_t pf_es) {
   switch (tn) {
-    case 8: dot_block<Ld, 8>(w, x, K, out); break;
-    case 7: dot_block<Ld, 7>(w, x, K, out); break;
-    case 6: dot_block<Ld, 6>(w, x, K, out); break;
-    case 5: dot_block<Ld, 5>(w, x, K, out); break;
-    case 4: dot_block<Ld, 4>(w, x, K, out); break;
-    case 3: dot_block<Ld, 3>(w, x, K, out); break;
-    case 2: dot_block<Ld, 2>(w, x, K, out); break;
-    default: dot_block<Ld, 1>(w, x, K, out); break;
+    case 8: dot_block<Ld, 8>(w, x, K, out, pf, pf_es); break;
+    case 7: dot_block<Ld, 7>(w, x, K, out, pf, pf_es); break;
+    case 6: dot_block<Ld, 6>(w, x, K, out, pf, pf_es); break;
+    case 5: dot_block<Ld, 5>(w, x, K, out, pf, pf_es); break;
+    case 4: dot_block<Ld, 4>(w, x, K, out, pf, pf_es); break;
+    case 3: dot_block<Ld, 3>(w, x, K, out, pf, pf_es); break;
+    case 2: dot_block<Ld, 2>(w, x, K, out, pf, pf_es); break;
+    default: dot_block<Ld, 1>(w, x, K, out, pf, pf_es); break;
   }
 }
 
 // Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
-inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
+                        const char* const* pf, int64_t pf_es) {
   if (dt == DType::F32)
-    dot_tn<LoadF32>(w, x, tn, K, out);
+    dot_tn<LoadF32>(w, x, tn, K, out, pf, pf_es);
   else if (dt == DType::BF16)
-    dot_tn<LoadBF16>(w, x, tn, K, out);
+    dot_tn<LoadBF16>(w, x, tn, K, out, pf, pf_es);
   else
-    dot_tn<LoadF16>(w, x, tn, K, out);
+    dot_tn<LoadF16>(w, x, tn, K, out, pf, pf_es);
 }
 
 // Widen one 16-bit weight row to f32 (for the multi-pass case).
@@ -197,7 +216,8 @@ inline void dot_block(const float* const* w, const float* const* x, int64_t K, f
 }
 
 // AVX2 only dots f32 rows; 16-bit weights are always widened into a tile first.
-inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out) {
+inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
+                        const char* const*, int64_t) {  // (no in-loop prefetch on AVX2)
   const float* const* wf = reinterpret_cast<const float* const*>(w);
   switch (tn) {
     case 4: dot_block<4>(wf, x, K, out); break;
@@ -233,10 +253,10 @@ constexpr bool kConvertInRegisters = false;
 void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int64_t K,
               float out[kMaxTokens][kRows]) {
 #if LOOM_AVX512
-  dot_weights(dt, w, x, tn, K, &out[0][0]);
+  dot_weights(dt, w, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(w), 0);
 #else
   if (dt == DType::F32) {
-    dot_weights(dt, w, x, tn, K, &out[0][0]);
+    dot_weights(dt, w, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(w), 0);
     return;
   }
   // AVX2 dots f32 rows only: widen the 16-bit rows into a thread-local tile first.
@@ -247,7 +267,7 @@ void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int
     widen_row(w[i], dt, K, tile.data() + i * K);
     wf[i] = tile.data() + i * K;
   }
-  dot_weights(DType::F32, wf, x, tn, K, &out[0][0]);
+  dot_weights(DType::F32, wf, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(wf), 0);
 #endif
 }
 
@@ -278,13 +298,24 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
         const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
         const void* w[kRows];
         DType dt = job.w.dtype;
-        if (t0 == 0 && b + kPrefetchBlocks < b1) {  // weights of a later block of this chunk
+        // The rows of a later block of this chunk, prefetched inside the first dot of this block
+        // (same K: the jobs of one call share x). Without one, the block's own rows.
+        const char* pf[kRows];
+        int64_t pf_es = 0;
+        if (t0 == 0 && b + kPrefetchBlocks < b1) {
           const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
           const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
-          const int64_t row_bytes = pj.w.cols * dtype_size(pj.w.dtype);
-          const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
-          const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
-          for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+          if (T <= kBurstPrefetchTokens) {
+            // Few tokens (bandwidth-bound): the whole later block at once, as the step starts.
+            const int64_t row_bytes = K * dtype_size(pj.w.dtype);
+            const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
+            const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
+            for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+          } else {
+            pf_es = dtype_size(pj.w.dtype);
+            for (int i = 0; i < kRows; i++)
+              pf[i] = static_cast<const char*>(pj.w.data) + (pn + std::min<int64_t>(i, pj.w.rows - pn - 1)) * K * pf_es;
+          }
         }
         if (dt == DType::F32 || (kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
           // One pass (or f32): read the weights where they are.
@@ -304,7 +335,9 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
           const float* xs[kMaxTokens];
           for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, t1 - 1) * ldx;
           float out[kMaxTokens * kRows];  // [tn, kRows]
-          dot_weights(dt, w, xs, tn, K, out);
+          if (t != t0 || pf_es == 0)  // prefetch once per block; otherwise "prefetch" the rows in use
+            for (int i = 0; i < kRows; i++) pf[i] = static_cast<const char*>(w[i]), pf_es = dtype_size(dt);
+          dot_weights(dt, w, xs, tn, K, out, pf, pf_es);
           for (int r = 0; r < tn; r++) {
             float* y = job.y + (t + r) * job.ldy + n0;
             for (int i = 0; i < nrows; i++) {
