@@ -33,6 +33,8 @@ class CpuDevice final : public Device {
                    int64_t ldt) override;
   void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                    int64_t ldy) override;
+  void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
+                  const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
 
  private:
@@ -40,6 +42,7 @@ class CpuDevice final : public Device {
   // Per-call work lists, kept across calls so the hot path does not allocate once warm.
   std::vector<int64_t> blocks_;
   std::vector<int64_t> items_;
+  std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
 };
 
 // Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens, all

@@ -145,6 +145,30 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
     }
   }
 }
+// Semantics: for first <= t < last, r < R: tmp[t*ldt + col + r] = Σ_k x[t*ldx + k] * A[r, k]
+// (one segment's tokens [first, last)), kRows rows of A against up to kMaxTokens tokens at a
+// time; `next` (or null) is the A the caller dots next, prefetched row block by row block.
+void shrink_tokens(const float* x, int64_t ldx, int64_t K, const LoraSegment& seg, int64_t first, int64_t last,
+                   const LoraSegment* next, float* tmp, int64_t ldt) {
+  const int64_t row_bytes = K * dtype_size(seg.dtype);
+  for (int r0 = 0; r0 < seg.rank; r0 += kRows) {
+    const int nr = std::min(kRows, seg.rank - r0);
+    // Rows r0.. of the next A, spread over this A's blocks so they arrive just in time.
+    if (next && r0 < next->rank)
+      prefetch_bytes(static_cast<const char*>(next->w) + r0 * row_bytes, int64_t(std::min(nr, next->rank - r0)) * row_bytes);
+    const void* w[kRows];
+    for (int i = 0; i < kRows; i++) w[i] = static_cast<const char*>(seg.w) + int64_t(r0 + std::min(i, nr - 1)) * row_bytes;
+    for (int64_t t = first; t < last; t += kMaxTokens) {
+      const int tn = int(std::min<int64_t>(kMaxTokens, last - t));
+      const float* xs[kMaxTokens];
+      for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, last - 1) * ldx;
+      float out[kMaxTokens][kRows];
+      dot_rows(seg.dtype, w, xs, tn, K, out);
+      for (int r = 0; r < tn; r++)
+        for (int i = 0; i < nr; i++) tmp[(t + r) * ldt + seg.col + r0 + i] = out[r][i];
+    }
+  }
+}
 }  // namespace
 
 // Semantics: for seg, t in seg, r < R_seg: tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx + k] * A_seg[r, k]
@@ -168,27 +192,64 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
       const LoraSegment& seg = segs[items[it] >> 32];
       const int64_t first = seg.tok_start + (items[it] & 0xffffffff);
       const int64_t last = std::min<int64_t>(first + kShrinkChunk, seg.tok_start + seg.tok_count);
-      const int64_t row_bytes = K * dtype_size(seg.dtype);
       // The next item's adapter, if it differs (decode rows: the next row's A).
       const LoraSegment* next = it + 1 < i1 ? &segs[items[it + 1] >> 32] : nullptr;
       if (next && next->w == seg.w) next = nullptr;
-      for (int r0 = 0; r0 < seg.rank; r0 += kRows) {
-        const int nr = std::min(kRows, seg.rank - r0);
-        // Rows r0.. of the next A, spread over this A's blocks so they arrive just in time.
-        if (next && r0 < next->rank)
-          prefetch_bytes(static_cast<const char*>(next->w) + r0 * row_bytes,
-                         int64_t(std::min(nr, next->rank - r0)) * row_bytes);
-        const void* w[kRows];
-        for (int i = 0; i < kRows; i++)
-          w[i] = static_cast<const char*>(seg.w) + int64_t(r0 + std::min(i, nr - 1)) * row_bytes;
-        for (int64_t t = first; t < last; t += kMaxTokens) {
-          const int tn = int(std::min<int64_t>(kMaxTokens, last - t));
-          const float* xs[kMaxTokens];
-          for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, last - 1) * ldx;
-          float out[kMaxTokens][kRows];
-          dot_rows(seg.dtype, w, xs, tn, K, out);
-          for (int r = 0; r < tn; r++)
-            for (int i = 0; i < nr; i++) tmp[(t + r) * ldt + seg.col + r0 + i] = out[r][i];
+      shrink_tokens(x, ldx, K, seg, first, last, next, tmp, ldt);
+    }
+  });
+}
+
+// Semantics: see Device::lora_apply. Many adapter runs (distinct decode rows): threads split the
+// runs, and each run's shrink (all modules of the group) and expand follow each other on one
+// thread, so a group costs one pool region instead of one shrink plus one expand per module
+// (11 regions a layer became 4), and the run's low-rank activations never leave L1. Few runs
+// (a prefill, one shared adapter): the two-op path, which splits the work inside a run.
+void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink,
+                           const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs, float* tmp,
+                           int64_t ldt) {
+  if (nsegs == 0) return;
+  // Runs: maximal stretches of segments covering the same tokens. Encoded as first segment.
+  items_.clear();
+  for (int s = 0; s < nsegs; s++)
+    if (s == 0 || shrink[s].tok_start != shrink[s - 1].tok_start) items_.push_back(s);
+  const int64_t nruns = int64_t(items_.size());
+  if (nruns < pool_.size() * ThreadPool::kChunksPerThread) {
+    lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt);
+    int nmod = 0;
+    for (int s = 0; s < nsegs; s++) nmod = std::max(nmod, module[s] + 1);
+    for (int m = 0; m < nmod; m++) {
+      module_segs_.clear();
+      for (int s = 0; s < nsegs; s++)
+        if (module[s] == m) module_segs_.push_back(expand[s]);
+      if (!module_segs_.empty())
+        lora_expand(tmp, ldt, outs[m].N, module_segs_.data(), int(module_segs_.size()), outs[m].y, outs[m].ldy);
+    }
+    return;
+  }
+  items_.push_back(nsegs);  // end marker: run r is segments [items_[r], items_[r + 1])
+  const int64_t* runs = items_.data();
+  pool_.run([&](int chunk, int nchunks) {
+    int64_t r0, r1;
+    split_range(nruns, nchunks, chunk, 1, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+      const int64_t s0 = runs[r], s1 = runs[r + 1];
+      const LoraSegment& run = shrink[s0];
+      for (int64_t s = s0; s < s1; s++) {
+        // Prefetch the next A of this run, or the first of the next run.
+        const LoraSegment* next = s + 1 < s1 ? &shrink[s + 1] : r + 1 < r1 ? &shrink[runs[r + 1]] : nullptr;
+        shrink_tokens(x, ldx, K, shrink[s], run.tok_start, run.tok_start + run.tok_count, next, tmp, ldt);
+      }
+      for (int64_t s = s0; s < s1; s++) {
+        const LoraOutput& o = outs[module[s]];
+        // The Bt this thread expands next (this run's next module, or the next run's first).
+        const int64_t ns = s + 1 < s1 ? s + 1 : r + 1 < r1 ? runs[r + 1] : -1;
+        if (ns >= 0 && expand[ns].w != expand[s].w)
+          prefetch_bytes(expand[ns].w, int64_t(expand[ns].rank) * outs[module[ns]].N * dtype_size(expand[ns].dtype));
+        switch (expand[s].dtype) {
+          case DType::F32: expand_segments<DType::F32>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
+          case DType::BF16: expand_segments<DType::BF16>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
+          case DType::F16: expand_segments<DType::F16>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
         }
       }
     }

@@ -44,12 +44,14 @@ constexpr int64_t kBurstPrefetchTokens = 2;
 // plain loads: masked loads streaming from DRAM measured ~2x slower here (they seem not to
 // train the hardware prefetcher).
 struct LoadF32 {
+  static constexpr int64_t kBytes = 4;
   static __m512 load(const void* w, int64_t k) { return _mm512_loadu_ps(static_cast<const float*>(w) + k); }
   static __m512 load_tail(const void* w, int64_t k, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + k);
   }
 };
 struct LoadBF16 {  // bf16 is the high half of an f32: zero-extend to 32 bits, shift left 16
+  static constexpr int64_t kBytes = 2;
   static __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static __m512 load(const void* w, int64_t k) {
     return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k)));
@@ -59,6 +61,7 @@ struct LoadBF16 {  // bf16 is the high half of an f32: zero-extend to 32 bits, s
   }
 };
 struct LoadF16 {
+  static constexpr int64_t kBytes = 2;
   static __m512 load(const void* w, int64_t k) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k)));
   }
@@ -80,15 +83,14 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // The micro-kernel. Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} W_i[k] * x_t[k]
 // w: kRows row pointers in Ld's dtype, x: TN f32 rows. Accumulators: TN × kRows zmm.
-// pf: kRows rows of a later block to prefetch into L1 as this one streams, pf_es bytes per
-// element: one line per row per k-step (f32), spread over the loop rather than issued as a burst
-// that fills the miss buffers and stalls the FMAs (pass the block's own rows for none).
+// pf_off: the rows to prefetch into L1 as this block streams are each row's address + pf_off
+// bytes (a later block of the same weight matrix: rows are contiguous), one line per row per
+// k-step (f32), spread over the loop rather than issued as a burst that fills the miss buffers
+// and stalls the FMAs; 0 prefetches the block's own rows (a no-op). An offset rather than three
+// more pointers: the 8-token tile already needs 14 general registers, and spilled pointers
+// cost more than the prefetch gains.
 template <typename Ld, int TN>
-inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out, const char* const* pf,
-                      int64_t pf_es) {
-  const char* const pf0 = pf[0];
-  const char* const pf1 = pf[1];
-  const char* const pf2 = pf[2];
+inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out, int64_t pf_off) {
   // Every loop over t or i is fully unrolled so the accumulators and pointers live in registers:
   // an array indexed by a loop the compiler keeps rolled is spilled to the stack every k-step.
   const void* const w0p = w[0];
@@ -118,9 +120,9 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
   };
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
-    _mm_prefetch(pf0 + k * pf_es, _MM_HINT_T0);
-    _mm_prefetch(pf1 + k * pf_es, _MM_HINT_T0);
-    _mm_prefetch(pf2 + k * pf_es, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(w0p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(w1p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(w2p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
     fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k, 0xffff, false);
   }
   if (k < K) {
@@ -139,29 +141,28 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
 }
 
 template <typename Ld>
-void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out, const char* const* pf,
-            int64_t pf_es) {
+void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out, int64_t pf_off) {
   switch (tn) {
-    case 8: dot_block<Ld, 8>(w, x, K, out, pf, pf_es); break;
-    case 7: dot_block<Ld, 7>(w, x, K, out, pf, pf_es); break;
-    case 6: dot_block<Ld, 6>(w, x, K, out, pf, pf_es); break;
-    case 5: dot_block<Ld, 5>(w, x, K, out, pf, pf_es); break;
-    case 4: dot_block<Ld, 4>(w, x, K, out, pf, pf_es); break;
-    case 3: dot_block<Ld, 3>(w, x, K, out, pf, pf_es); break;
-    case 2: dot_block<Ld, 2>(w, x, K, out, pf, pf_es); break;
-    default: dot_block<Ld, 1>(w, x, K, out, pf, pf_es); break;
+    case 8: dot_block<Ld, 8>(w, x, K, out, pf_off); break;
+    case 7: dot_block<Ld, 7>(w, x, K, out, pf_off); break;
+    case 6: dot_block<Ld, 6>(w, x, K, out, pf_off); break;
+    case 5: dot_block<Ld, 5>(w, x, K, out, pf_off); break;
+    case 4: dot_block<Ld, 4>(w, x, K, out, pf_off); break;
+    case 3: dot_block<Ld, 3>(w, x, K, out, pf_off); break;
+    case 2: dot_block<Ld, 2>(w, x, K, out, pf_off); break;
+    default: dot_block<Ld, 1>(w, x, K, out, pf_off); break;
   }
 }
 
 // Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
 inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        const char* const* pf, int64_t pf_es) {
+                        int64_t pf_off) {
   if (dt == DType::F32)
-    dot_tn<LoadF32>(w, x, tn, K, out, pf, pf_es);
+    dot_tn<LoadF32>(w, x, tn, K, out, pf_off);
   else if (dt == DType::BF16)
-    dot_tn<LoadBF16>(w, x, tn, K, out, pf, pf_es);
+    dot_tn<LoadBF16>(w, x, tn, K, out, pf_off);
   else
-    dot_tn<LoadF16>(w, x, tn, K, out, pf, pf_es);
+    dot_tn<LoadF16>(w, x, tn, K, out, pf_off);
 }
 
 // Widen one 16-bit weight row to f32 (for the multi-pass case).
@@ -217,7 +218,7 @@ inline void dot_block(const float* const* w, const float* const* x, int64_t K, f
 
 // AVX2 only dots f32 rows; 16-bit weights are always widened into a tile first.
 inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        const char* const*, int64_t) {  // (no in-loop prefetch on AVX2)
+                        int64_t) {  // (no in-loop prefetch on AVX2)
   const float* const* wf = reinterpret_cast<const float* const*>(w);
   switch (tn) {
     case 4: dot_block<4>(wf, x, K, out); break;
@@ -253,10 +254,10 @@ constexpr bool kConvertInRegisters = false;
 void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int64_t K,
               float out[kMaxTokens][kRows]) {
 #if LOOM_AVX512
-  dot_weights(dt, w, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(w), 0);
+  dot_weights(dt, w, x, tn, K, &out[0][0], 0);
 #else
   if (dt == DType::F32) {
-    dot_weights(dt, w, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(w), 0);
+    dot_weights(dt, w, x, tn, K, &out[0][0], 0);
     return;
   }
   // AVX2 dots f32 rows only: widen the 16-bit rows into a thread-local tile first.
@@ -267,7 +268,7 @@ void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int
     widen_row(w[i], dt, K, tile.data() + i * K);
     wf[i] = tile.data() + i * K;
   }
-  dot_weights(DType::F32, wf, x, tn, K, &out[0][0], reinterpret_cast<const char* const*>(wf), 0);
+  dot_weights(DType::F32, wf, x, tn, K, &out[0][0], 0);
 #endif
 }
 
@@ -300,21 +301,22 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
         DType dt = job.w.dtype;
         // The rows of a later block of this chunk, prefetched inside the first dot of this block
         // (same K: the jobs of one call share x). Without one, the block's own rows.
-        const char* pf[kRows];
-        int64_t pf_es = 0;
+        int64_t pf_off = 0;
         if (t0 == 0 && b + kPrefetchBlocks < b1) {
           const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
           const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
-          if (T <= kBurstPrefetchTokens) {
+          // 16-bit rows widened into the L1 tile are dotted from the tile: no offset to use.
+          const bool widened = dt != DType::F32 && !(kConvertInRegisters && t1 - t0 <= kMaxTokens);
+          if (T <= kBurstPrefetchTokens || widened) {
             // Few tokens (bandwidth-bound): the whole later block at once, as the step starts.
             const int64_t row_bytes = K * dtype_size(pj.w.dtype);
             const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
             const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
             for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-          } else {
-            pf_es = dtype_size(pj.w.dtype);
-            for (int i = 0; i < kRows; i++)
-              pf[i] = static_cast<const char*>(pj.w.data) + (pn + std::min<int64_t>(i, pj.w.rows - pn - 1)) * K * pf_es;
+          } else if (&pj == &job && pn + kRows <= pj.w.rows) {
+            // Same matrix (rows contiguous): an offset from this block's rows; across a job
+            // boundary the hardware prefetcher is left to it.
+            pf_off = (pn - n0) * K * dtype_size(dt);
           }
         }
         if (dt == DType::F32 || (kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
@@ -335,9 +337,7 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
           const float* xs[kMaxTokens];
           for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, t1 - 1) * ldx;
           float out[kMaxTokens * kRows];  // [tn, kRows]
-          if (t != t0 || pf_es == 0)  // prefetch once per block; otherwise "prefetch" the rows in use
-            for (int i = 0; i < kRows; i++) pf[i] = static_cast<const char*>(w[i]), pf_es = dtype_size(dt);
-          dot_weights(dt, w, xs, tn, K, out, pf, pf_es);
+          dot_weights(dt, w, xs, tn, K, out, t == t0 ? pf_off : 0);  // prefetch once per block
           for (int r = 0; r < tn; r++) {
             float* y = job.y + (t + r) * job.ldy + n0;
             for (int i = 0; i < nrows; i++) {

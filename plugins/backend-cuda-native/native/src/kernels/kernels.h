@@ -46,6 +46,13 @@ struct LoraSegment {
   float scale = 1.0f;           // expand only: alpha / r (already resolved)
 };
 
+// Where one LoRA module's expand writes (lora_apply): y [T, ldy], N output features.
+struct LoraOutput {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t N = 0;
+};
+
 // One sequence's share of an attention op. Its tokens are rows [tok_start, tok_start + n) of q
 // and out; their K/V were already stored at cache indices [cache_len, cache_len + n).
 struct AttnRow {
@@ -126,6 +133,21 @@ class Device {
   // tmp [T, ldt], Bt_seg [R_seg, N] in dtype_seg (B stored transposed so the update is a row axpy), y [T, ldy]
   virtual void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                            int64_t ldy) = 0;
+
+  // Both halves in one op, for the modules of one group sharing input x (q|k|v, gate|up, o,
+  // down). Semantics: lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt); then for i < nsegs:
+  //   lora_expand(tmp, ldt, outs[module[i]].N, &expand[i], 1, outs[module[i]].y, outs[module[i]].ldy)
+  // shrink[i] (A) and expand[i] (Bt) describe the same tokens, rank and columns; the segments of
+  // one adapter run are consecutive. A device may run each run's shrink and expand back to back
+  // on one thread (no barrier between the halves: a run's tokens need only its own shrink).
+  // The default runs the two ops.
+  virtual void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink,
+                          const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs,
+                          float* tmp, int64_t ldt) {
+    lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt);
+    for (int i = 0; i < nsegs; i++)
+      lora_expand(tmp, ldt, outs[module[i]].N, &expand[i], 1, outs[module[i]].y, outs[module[i]].ldy);
+  }
 
   // Semantics: for t<T: out[t] = argmax_i x[t*ld+i] (first maximum), i<V
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;

@@ -132,6 +132,7 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     attn_rows_.reserve(T);
     segs_.reserve(T * 6 + 16);
     seg_module_.reserve(T * 3 + 8);
+    expand_segs_.reserve(T * 3 + 8);
   } catch (const std::bad_alloc&) {
     return Status::Error("model_invalid", "not enough memory for the KV cache (" + std::to_string(opt_.kv_blocks) +
                                               " blocks) and scratch for " + std::to_string(opt_.max_batch_tokens) +
@@ -312,6 +313,7 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
   // The scratch has room for three modules' ranks per token (q|k|v is the widest group).
   const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
   segs_.clear();
+  expand_segs_.clear();
   seg_module_.clear();
   for (const LoraRun& run : lora_runs_) {
     const auto& mods = slots_[size_t(run.slot)]->lora[size_t(layer)];
@@ -320,26 +322,17 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
       const LoraModuleSlot& ms = mods[size_t(modules[m])];
       if (ms.rank == 0) continue;
       segs_.push_back({run.tok_start, run.tok_count, ms.a_data(), ms.dtype, ms.rank, col, ms.scale});
-      seg_module_.push_back({m, ms.bt_data()});
+      expand_segs_.push_back({run.tok_start, run.tok_count, ms.bt_data(), ms.dtype, ms.rank, col, ms.scale});
+      seg_module_.push_back(m);
       col += ms.rank;
     }
   }
   if (segs_.empty()) return;  // no LoRA row in this step: the base projection is the answer
   const auto started = std::chrono::steady_clock::now();
-  dev_->lora_shrink(x, ldx, K, segs_.data(), int(segs_.size()), lora_tmp_.data(), ldt);
-  const size_t nshrink = segs_.size();
-  for (int m = 0; m < nmod; m++) {
-    const size_t first = segs_.size();
-    for (size_t i = 0; i < nshrink; i++) {
-      if (seg_module_[i].first != m) continue;
-      LoraSegment e = segs_[i];
-      e.w = seg_module_[i].second;  // Bt [R, N]
-      segs_.push_back(e);
-    }
-    const int n = int(segs_.size() - first);
-    if (n > 0) dev_->lora_expand(lora_tmp_.data(), ldt, ns[m], segs_.data() + first, n, ys[m], lds[m]);
-    segs_.resize(first);
-  }
+  LoraOutput outs[3];
+  for (int m = 0; m < nmod; m++) outs[m] = {ys[m], lds[m], ns[m]};
+  dev_->lora_apply(x, ldx, K, segs_.data(), expand_segs_.data(), seg_module_.data(), int(segs_.size()), outs,
+                   lora_tmp_.data(), ldt);
   prof_lora_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - started).count();
 }
 

@@ -144,7 +144,8 @@ class LlamaModel {
   std::vector<AttnRow> attn_rows_;
   std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
-  std::vector<std::pair<int, const void*>> seg_module_;  // per shrink segment: module index, its Bt
+  std::vector<LoraSegment> expand_segs_;  // per shrink segment: the same run and module's Bt
+  std::vector<int> seg_module_;          // per shrink segment: index of its module in the group
   // Step timing for the bench (take_profile); written by the stepping worker, read by JS.
   std::atomic<int64_t> prof_steps_{0}, prof_step_ns_{0}, prof_lora_ns_{0};
 };

@@ -328,6 +328,58 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
 }
 
+// lora_apply: per adapter run, the shrink of a group's modules (q|k|v-like: 1-3 modules side by
+// side in the scratch, each with its own output width) and their expands; few runs take the
+// two-op path, many runs the one-region path; rows without adapter, prefill runs, mixed ranks.
+void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int batch : {2, 9, 33}) {
+      const int64_t K = rng.pick<int64_t>({576, 896}), ldt = 3 * 128;
+      const int nmod = rng.range(1, 3);
+      const int64_t Ns[3] = {576, 192, 1536};
+      std::vector<TestWeight> A, B;
+      std::vector<LoraSegment> sh, ex;
+      std::vector<int> mod;
+      A.reserve(size_t(batch * 3));
+      B.reserve(size_t(batch * 3));
+      int T = 0;
+      for (int row = 0; row < batch; row++) {
+        const int n = rng.range(0, 4) == 0 ? rng.range(2, 30) : 1;
+        if (rng.range(0, 4) != 0) {  // this row has an adapter
+          int col = 0;
+          for (int m = 0; m < nmod; m++) {
+            const int r = rng.pick({1, 4, 16, 33, 64});
+            A.push_back(make_weight(rng, dt, r, K, 0.1f));
+            B.push_back(make_weight(rng, dt, r, Ns[m], 0.1f));
+            sh.push_back({T, n, A.back().view(dt, r, K).data, dt, r, col, 1.0f});
+            ex.push_back({T, n, B.back().view(dt, r, Ns[m]).data, dt, r, col, rng.uniform(0.1f, 4.0f)});
+            mod.push_back(m);
+            col += r;
+          }
+        }
+        T += n;
+      }
+      auto x = randn(rng, size_t(T * K));
+      std::vector<std::vector<float>> y0, y1;
+      LoraOutput o0[3], o1[3];
+      for (int m = 0; m < nmod; m++) {
+        y0.push_back(randn(rng, size_t(T * (Ns[m] + 2))));
+        y1.push_back(y0.back());
+      }
+      for (int m = 0; m < nmod; m++) {
+        o0[m] = {y0[size_t(m)].data(), Ns[m] + 2, Ns[m]};
+        o1[m] = {y1[size_t(m)].data(), Ns[m] + 2, Ns[m]};
+      }
+      std::vector<float> t0(size_t(T * ldt)), t1(t0.size());
+      dev->lora_apply(x.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), o0, t0.data(), ldt);
+      ref->lora_apply(x.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), o1, t1.data(), ldt);
+      for (int m = 0; m < nmod; m++)
+        ck.compare("lora_apply", dims((std::string("lora_apply ") + dtype_name(dt)).c_str(),
+                                      {{"batch", batch}, {"T", T}, {"modules", nmod}, {"module", m}, {"N", Ns[m]}, {"K", K}}),
+                   y0[size_t(m)].data(), y1[size_t(m)].data(), y0[size_t(m)].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
+    }
+}
+
 // kv_store then kv_copy (with overlapping from/to slots, where order matters): exact.
 void test_cache(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const int64_t E = 192, S = 64, T = 9, ldk = 3 * E;
@@ -359,6 +411,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_elementwise(device, ref, rng, ck);
   test_attention(device, ref, rng, ck);
   test_lora(device, ref, rng, ck);
+  test_lora_apply(device, ref, rng, ck);
   test_cache(device, ref, rng, ck);
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
   return res;
