@@ -90,9 +90,20 @@ inline void axpy_rows(const float* c, const void* bt, int64_t r0, int64_t N, flo
 // One token's expand by one segment, rank rows in groups of 4. c: the token's R low-rank
 // activations already multiplied by the segment's scale.
 template <DType DT>
-void expand_token(const float* c, const void* bt, int rank, int64_t N, float* y) {
+// `pf` (or null): a Bt of pf_rank rows of N in dtype DT to prefetch, four rows per four rows of
+// this one, so the next adapter's bytes arrive while this one computes instead of in one burst
+// of hundreds of prefetches that fills the miss buffers.
+void expand_token(const float* c, const void* bt, int rank, int64_t N, float* y, const void* pf = nullptr,
+                  int pf_rank = 0) {
+  const int64_t row_bytes = N * dtype_size(DT);
   int r = 0;
-  for (; r + 4 <= rank; r += 4) axpy_rows<DT, 4>(c + r, bt, r, N, y);
+  for (; r + 4 <= rank; r += 4) {
+    if (pf && r < pf_rank)
+      prefetch_bytes(static_cast<const char*>(pf) + r * row_bytes, std::min(4, pf_rank - r) * row_bytes);
+    axpy_rows<DT, 4>(c + r, bt, r, N, y);
+  }
+  // Rows of pf beyond this rank's groups (a larger next rank): the rest at once.
+  if (pf && r < pf_rank) prefetch_bytes(static_cast<const char*>(pf) + r * row_bytes, (pf_rank - r) * row_bytes);
   switch (rank - r) {
     case 3: axpy_rows<DT, 3>(c + r, bt, r, N, y); break;
     case 2: axpy_rows<DT, 2>(c + r, bt, r, N, y); break;
@@ -134,14 +145,11 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
     // The next segment's Bt, if it is another adapter: prefetched a rank row per rank row of this
     // one, so it arrives while this segment computes.
     const LoraSegment* next = s + 1 < s1 && segs[s + 1].w != seg.w ? &segs[s + 1] : nullptr;
-    const int64_t row_bytes = N * dtype_size(seg.dtype);
-    if (next)
-      for (int r = 0; r < next->rank; r++)
-        prefetch_bytes(static_cast<const char*>(next->w) + r * row_bytes, row_bytes);
     for (int64_t t = seg.tok_start; t < seg.tok_start + seg.tok_count; t++) {
       float c[128];  // scale · the token's low-rank activations
       for (int r = 0; r < seg.rank; r++) c[r] = seg.scale * tmp[t * ldt + seg.col + r];
-      expand_token<DT>(c, seg.w, seg.rank, N, y + t * ldy);
+      const bool pf = next && t == seg.tok_start;
+      expand_token<DT>(c, seg.w, seg.rank, N, y + t * ldy, pf ? next->w : nullptr, pf ? next->rank : 0);
     }
   }
 }
@@ -242,14 +250,24 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
       }
       for (int64_t s = s0; s < s1; s++) {
         const LoraOutput& o = outs[module[s]];
-        // The Bt this thread expands next (this run's next module, or the next run's first).
+        // The Bt this thread expands next (this run's next module, or the next run's first),
+        // prefetched as this one is applied (same dtype: the model's).
         const int64_t ns = s + 1 < s1 ? s + 1 : r + 1 < r1 ? runs[r + 1] : -1;
-        if (ns >= 0 && expand[ns].w != expand[s].w)
-          prefetch_bytes(expand[ns].w, int64_t(expand[ns].rank) * outs[module[ns]].N * dtype_size(expand[ns].dtype));
-        switch (expand[s].dtype) {
-          case DType::F32: expand_segments<DType::F32>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
-          case DType::BF16: expand_segments<DType::BF16>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
-          case DType::F16: expand_segments<DType::F16>(tmp, ldt, o.N, expand, s, s + 1, o.y, o.ldy); break;
+        const LoraSegment& e = expand[s];
+        const bool pf = ns >= 0 && expand[ns].w != e.w && expand[ns].dtype == e.dtype;
+        // The next Bt is one contiguous run of rank * N_next weights: count it in rows of this
+        // Bt's width, which is what expand_token steps through.
+        const void* pw = pf ? expand[ns].w : nullptr;
+        const int pr = pf ? int((expand[ns].rank * outs[module[ns]].N + o.N - 1) / o.N) : 0;
+        for (int64_t t = e.tok_start; t < e.tok_start + e.tok_count; t++) {
+          float c[128];  // scale · the token's low-rank activations
+          for (int i = 0; i < e.rank; i++) c[i] = e.scale * tmp[t * ldt + e.col + i];
+          const bool first = t == e.tok_start;
+          switch (e.dtype) {
+            case DType::F32: expand_token<DType::F32>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
+            case DType::BF16: expand_token<DType::BF16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
+            case DType::F16: expand_token<DType::F16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
+          }
         }
       }
     }
