@@ -25,6 +25,8 @@ import { KvBlockAllocator } from './kv-block-allocator.ts'
 import { draftFromHeads } from './medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
+import { TreeFamily } from './medusa/tree-family.ts'
+import { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
 import type { PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
 import { logSumExp } from './sampler/softmax.ts'
@@ -109,6 +111,8 @@ export class BatchingEngine implements Backend {
   private nextSeqId = 1
   private readonly speculationCounters = new SpeculationCounters()
   private readonly tree: MedusaTree
+  private readonly treeFamily: TreeFamily
+  private readonly treePolicy: AdaptiveTreePolicy | null
   private readonly speculationMaxBatchSize: number
   private readonly speculationMaxTokens: number
 
@@ -129,7 +133,10 @@ export class BatchingEngine implements Backend {
       if (value !== undefined && !(Number.isInteger(value) && value >= 0))
         throw new RangeError(`speculation.${name} must be a non-negative integer`)
     }
-    this.tree = new MedusaTree(speculation.choices ?? DEFAULT_MEDUSA_CHOICES)
+    const choices = speculation.choices ?? DEFAULT_MEDUSA_CHOICES
+    this.tree = new MedusaTree(choices)
+    this.treeFamily = new TreeFamily(this.tree, choices)
+    this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy(this.treeFamily)
     this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
     this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
@@ -202,11 +209,12 @@ export class BatchingEngine implements Backend {
     }
     const contextLimit = Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity)
     const speculation = {
-      tree: this.tree,
+      family: this.treeFamily,
       maxBatchSize: this.speculationMaxBatchSize,
       maxTokens: this.speculationMaxTokens,
       contextLimit,
       medusaSlotOf: (seq: Sequence) => (seq.request.speculator === null ? -1 : adapters.slotOf(seq.request.speculator)),
+      policy: this.treePolicy,
     }
     this.loaded = {
       spec,
@@ -380,6 +388,9 @@ export class BatchingEngine implements Backend {
     this.loopRunning = true
     try {
       while (!this.destroyed) {
+        // The policy's cost model times whole decode steps (plan, runner, sampling), on the real
+        // clock rather than the injectable `now`.
+        const stepStart = performance.now()
         const plan = loaded.scheduler.plan()
         for (const seq of plan.unschedulable) {
           this.fail(
@@ -402,7 +413,10 @@ export class BatchingEngine implements Backend {
           this.logger.error({ err, rows: plan.rows.length }, 'step failed')
           this.failRows(plan.rows, err)
         }
-        if (output !== null && !this.destroyed) this.consume(loaded, plan.rows, output)
+        if (output !== null && !this.destroyed) {
+          this.consume(loaded, plan.rows, output)
+          this.recordStepCost(plan.rows, performance.now() - stepStart)
+        }
         // Let timers, I/O and new submits in, even with a runner that resolves instantly.
         await yieldToEventLoop()
       }
@@ -414,6 +428,20 @@ export class BatchingEngine implements Backend {
       this.loopRunning = false
       this.maybeFinishClose()
     }
+  }
+
+  /** Feed a decode-only step's time to the adaptive tree policy (prefill steps would skew it). */
+  private recordStepCost(rows: readonly PlannedRow[], ms: number): void {
+    const policy = this.treePolicy
+    if (policy === null) return
+    let work = 0
+    for (const { seq, row, treeNodes, chunk, prefillLogits } of rows) {
+      const decodes = treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
+      if (!decodes) return
+      const heads = row.medusaSlot >= 0 ? seq.request.speculator!.size : 0
+      work += row.tokens.length + heads * row.medusaIndices.length
+    }
+    policy.recordStep(work, ms)
   }
 
   private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput): void {
@@ -462,8 +490,9 @@ export class BatchingEngine implements Backend {
   }
 
   /**
-   * Keep the candidates of the heads at the row's `medusaIndices[at]` for the next step, or drop a
-   * stale draft when the row asked for no head logits (speculation was off).
+   * Keep the candidates of the heads at the row's `medusaIndices[at]` (shifted by `shift`, see
+   * `draftFromHeads`) for the next step, or drop a stale draft when the row asked for no head
+   * logits (speculation was off).
    */
   private nextDraft(
     loaded: Loaded,
@@ -472,14 +501,15 @@ export class BatchingEngine implements Backend {
     medusaLogits: Float32Array,
     headBase: number,
     at: number,
+    shift = 0,
   ): void {
-    if (seq.state !== 'running' || planned.row.medusaSlot < 0) {
+    if (seq.state !== 'running' || planned.row.medusaSlot < 0 || planned.row.medusaIndices.length === 0) {
       seq.draft = null
       return
     }
     const heads = seq.request.speculator!.size
     const V = loaded.spec.vocabSize
-    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V)
+    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift)
   }
 
   /**
@@ -491,7 +521,8 @@ export class BatchingEngine implements Backend {
   private verify(loaded: Loaded, planned: PlannedRow, output: StepOutput, base: number, headBase: number): void {
     const { seq, row, treeNodes } = planned
     const V = loaded.spec.vocabSize
-    const tree = this.tree
+    const subTree = planned.subTree!
+    const { tree } = subTree
     const emitted: GeneratedToken[] = []
     const accepted: number[] = []
     let node = 0
@@ -517,6 +548,7 @@ export class BatchingEngine implements Backend {
           break
         }
       }
+      this.treePolicy?.recordChildren(subTree, node, treeNodes, next)
       if (next < 0) break
       accepted.push(next)
       node = next
@@ -537,7 +569,10 @@ export class BatchingEngine implements Backend {
     })
     seq.cacheLen += accepted.length
     seq.pendingCopy = from.length > 0 ? { from, to } : null
-    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, node)
+    // Heads ran only on the tree's rank-0 chain: draft from the deepest of them on the accepted path.
+    const headAt = tree.headAncestor[node]!
+    const at = tree.depth[headAt]!
+    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, at, tree.depth[node]! - at)
   }
 
   /** Logprob of prompt token `p + 1` from the logits at position `p`, for every position of the chunk. */

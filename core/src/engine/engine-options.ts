@@ -35,6 +35,12 @@ export interface SpeculationOptions {
    * speculating are served first. Default 256.
    */
   readonly maxTokens?: number
+  /**
+   * Choose the tree size (a prefix of `choices`) every step from measured step times and
+   * acceptance rates, down to plain decoding when no tree pays off (see `AdaptiveTreePolicy`).
+   * Changes speed only, never outputs. Default true; false always uses the largest tree that fits.
+   */
+  readonly adaptive?: boolean
 }
 
 export interface BatchingEngineOptions {

@@ -1,5 +1,5 @@
 import type { KvCopy, StepRow } from '../contracts/step-runner.ts'
-import type { MedusaTree } from './medusa/medusa-tree.ts'
+import type { SubTree } from './medusa/tree-family.ts'
 import type { Sequence } from './sequence.ts'
 
 const NO_INDICES = new Int32Array(0)
@@ -19,6 +19,8 @@ export interface PlannedRow {
   readonly prefillLogits: boolean
   /** Tree nodes fed (root included) when this is a Medusa verification row, else 0. */
   readonly treeNodes: number
+  /** The tree whose first `treeNodes` nodes a verification row feeds, else null. */
+  readonly subTree: SubTree | null
   /** The compaction of last step's accepted branch, applied before this step's forward pass. */
   readonly kvCopy: KvCopy | null
 }
@@ -65,27 +67,32 @@ export function buildRow(seq: Sequence, chunk: number, medusa = false): PlannedR
     medusaSlot: heads ? seq.medusaSlot : -1,
     medusaIndices: heads ? Int32Array.of(chunk - 1) : NO_INDICES,
   }
-  return { seq, row, chunk, samples, prefillLogits, treeNodes: 0, kvCopy: takeCopy(seq, blockTable) }
+  return { seq, row, chunk, samples, prefillLogits, treeNodes: 0, subTree: null, kvCopy: takeCopy(seq, blockTable) }
 }
 
 /**
  * Build a Medusa verification row for a decoding sequence with a draft: the last sampled token
- * (the root, not yet in the cache) plus the first `nodes - 1` candidates of the tree, at positions
- * `cacheLen + depth`, attending to their ancestors only. Logits and head logits come back for
- * every node: verification walks the tree from the root, and the next draft comes from the heads
- * at whichever node it stops. The sequence's blocks must cover `cacheLen + nodes` entries.
+ * (the root, not yet in the cache) plus the first `nodes - 1` candidates of `subTree` (a tree of
+ * the family, its candidates taken from the draft of the full tree), at positions
+ * `cacheLen + depth`, attending to their ancestors only. Logits come back for every node
+ * (verification walks the tree from the root); head logits only at the tree's `headNodes` (the
+ * rank-0 chain: the next draft comes from the heads at, or above, the node where the walk stops).
+ * The sequence's blocks must cover `cacheLen + nodes` entries.
  */
-export function buildTreeRow(seq: Sequence, tree: MedusaTree, nodes: number): PlannedRow {
+export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): PlannedRow {
   const start = seq.cacheLen
   const draft = seq.draft!
-  const tokens = draft.tokens.slice(0, nodes)
-  tokens[0] = seq.tokens[start]!
+  const { tree, fullNode } = subTree
+  // The draft is numbered by the full tree.
+  const tokens = new Int32Array(nodes)
   const positions = new Int32Array(nodes)
   const all = new Int32Array(nodes)
   for (let i = 0; i < nodes; i++) {
+    tokens[i] = draft.tokens[fullNode[i]!]!
     positions[i] = start + tree.depth[i]!
     all[i] = i
   }
+  tokens[0] = seq.tokens[start]!
   const blockTable = Int32Array.from(seq.blocks)
   const row: StepRow = {
     seqId: seq.seqId,
@@ -97,7 +104,7 @@ export function buildTreeRow(seq: Sequence, tree: MedusaTree, nodes: number): Pl
     loraSlot: seq.loraSlot,
     logitIndices: all,
     medusaSlot: seq.medusaSlot,
-    medusaIndices: all,
+    medusaIndices: tree.headNodes.slice(0, tree.headNodesWithin(nodes)),
   }
   return {
     seq,
@@ -106,6 +113,7 @@ export function buildTreeRow(seq: Sequence, tree: MedusaTree, nodes: number): Pl
     samples: true,
     prefillLogits: false,
     treeNodes: nodes,
+    subTree,
     kvCopy: takeCopy(seq, blockTable),
   }
 }

@@ -1,6 +1,7 @@
 import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
-import type { MedusaTree } from './medusa/medusa-tree.ts'
+import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
+import type { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -19,7 +20,8 @@ export type AdapterSlotOf = (seq: Sequence) => number | null
 
 /** How the scheduler plans Medusa verification rows (see `Scheduler`, step 1). */
 export interface SchedulerSpeculation {
-  readonly tree: MedusaTree
+  /** The candidate trees; without a policy, always the full one. */
+  readonly family: TreeFamily
   /** No tree rows (and no head logits) in a step when more sequences than this are running. */
   readonly maxBatchSize: number
   /** Most candidate tokens (tree nodes other than roots) per step, over all rows. */
@@ -28,6 +30,8 @@ export interface SchedulerSpeculation {
   readonly contextLimit: number
   /** Medusa slot of a sequence's speculator (-1: none); called at admission, once its adapters are resident. */
   readonly medusaSlotOf: (seq: Sequence) => number
+  /** Picks the tree size each step from measured costs; null: the largest tree that fits. */
+  readonly policy: AdaptiveTreePolicy | null
 }
 
 /** What the next step should run, and the sequences that can never run. */
@@ -156,8 +160,8 @@ export class Scheduler {
     const trees = speculate ? this.planTrees(decoders, speculation) : null
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
-      const nodes = trees?.get(seq) ?? 0
-      rows.push(nodes > 1 ? buildTreeRow(seq, speculation!.tree, nodes) : buildRow(seq, 1, speculate))
+      const nodes = trees?.nodes.get(seq) ?? 0
+      rows.push(nodes > 1 ? buildTreeRow(seq, trees!.subTree, nodes) : buildRow(seq, 1, speculate))
     }
 
     // 2. Chunks of prompts already being prefilled.
@@ -201,16 +205,29 @@ export class Scheduler {
   /**
    * Tree sizes (nodes, root included) for the decoding sequences that verify this step. Each tree
    * is the largest prefix of the full tree that fits the sequence's heads, the tokens it may still
-   * generate and the context, the step's candidate budget and the free blocks.
+   * generate and the context, the step's candidate budget, the free blocks and the adaptive
+   * policy's size for this step (none when that size is 1: the rows decode plainly).
    */
-  private planTrees(decoders: readonly Sequence[], speculation: SchedulerSpeculation): Map<Sequence, number> {
-    const { tree, contextLimit } = speculation
+  private planTrees(
+    decoders: readonly Sequence[],
+    speculation: SchedulerSpeculation,
+  ): { subTree: SubTree; nodes: Map<Sequence, number> } {
+    const { family, contextLimit } = speculation
     const out = new Map<Sequence, number>()
     let budget = speculation.maxTokens
     const waiting = decoders.filter((seq) => seq.medusaSlot >= 0 && seq.draft !== null)
     // Longest without a tree first; ties by admission (decoders are in admission order; sort is stable).
     waiting.sort((a, b) => a.lastVerifyPlan - b.lastVerifyPlan)
     const { blockSize } = this.allocator
+    let subTree = family.full
+    if (speculation.policy !== null && waiting.length > 0) {
+      let deepest = 0
+      for (const seq of waiting) deepest = Math.max(deepest, seq.draft!.depth)
+      const k = speculation.policy.choose(waiting.length, deepest, waiting[0]!.request.speculator!.size)
+      if (k === 0) return { subTree, nodes: out }
+      subTree = family.get(k)
+    }
+    const { tree } = subTree
     for (const seq of waiting) {
       if (budget <= 0) break
       const left = Math.min(seq.request.maxNewTokens - seq.generated, contextLimit - seq.tokens.length)
@@ -224,7 +241,7 @@ export class Scheduler {
       seq.lastVerifyPlan = this.plans
       out.set(seq, nodes)
     }
-    return out
+    return { subTree, nodes: out }
   }
 
   /**

@@ -107,11 +107,11 @@ t.test('greedy with Medusa equals greedy decoding, whatever the heads propose', 
 })
 
 t.test(
-  'verification rows: root + candidates at depth positions, ancestor mask, logits and heads everywhere',
+  'verification rows: root + candidates at depth positions, ancestor mask, logits everywhere, heads on the rank-0 chain',
   async (t) => {
     const choices = [[0], [1], [0, 0], [1, 0]]
     const { engine, runner } = await startEngine({ medusaAccuracy: ORACLE }, {}, undefined, {
-      speculation: { choices },
+      speculation: { choices, adaptive: false },
     })
     const medusa = await engine.loadAdapter(localMedusa('heads-2'))
     const events = await collect(
@@ -134,7 +134,8 @@ t.test(
       )
       t.same(row.treeMask, n === 5 ? full : [1, 0, 0, 1, 1, 0, 1, 0, 1])
       t.same(row.logitIndices, [0, 1, 2, 3, 4].slice(0, n))
-      t.same(row.medusaIndices, [0, 1, 2, 3, 4].slice(0, n))
+      // Nodes 0 (root), 1 ([0]) and 3 ([0, 0]).
+      t.same(row.medusaIndices, n === 5 ? [0, 1, 3] : [0, 1])
     }
     // Oracle heads: top-1 is always right, so the accepted path is nodes 1 ([0]) then 3 ([0, 0]):
     // node 3's entry (cacheLen + 3) moves to cacheLen + 2 before the next step.

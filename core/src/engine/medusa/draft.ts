@@ -13,8 +13,10 @@ export interface Draft {
 
 /**
  * Build a draft from one position's Medusa head logits (`[heads, vocab]` starting at `offset`):
- * head `d`'s top-k tokens (largest logit first, ties to the lower id) fill the nodes at depth `d + 1`
- * by their rank.
+ * head `shift + d`'s top-k tokens (largest logit first, ties to the lower id) fill the nodes at
+ * depth `d + 1` by their rank. `shift` > 0 drafts from the heads of a position `shift` tokens
+ * before the one the draft follows (head `h` there predicts the token `h + 2` ahead of it), when
+ * the heads were not computed at that position; the draft is then `shift` levels shallower.
  */
 export function draftFromHeads(
   tree: MedusaTree,
@@ -22,11 +24,12 @@ export function draftFromHeads(
   logits: Float32Array,
   offset: number,
   vocabSize: number,
+  shift = 0,
 ): Draft {
-  const depth = Math.min(heads, tree.maxDepth)
+  const depth = Math.max(0, Math.min(heads - shift, tree.maxDepth))
   const top: Int32Array[] = []
   for (let d = 0; d < depth; d++) {
-    top.push(topK(logits, offset + d * vocabSize, vocabSize, tree.topKPerHead[d]!))
+    top.push(topK(logits, offset + (shift + d) * vocabSize, vocabSize, tree.topKPerHead[d]!))
   }
   const tokens = new Int32Array(tree.size)
   for (let node = 1; node < tree.size; node++) {

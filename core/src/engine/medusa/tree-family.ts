@@ -1,0 +1,50 @@
+import { MedusaTree } from './medusa-tree.ts'
+
+/** A tree of the family and where its nodes sit in the full tree (whose numbering drafts use). */
+export interface SubTree {
+  readonly tree: MedusaTree
+  /** `fullNode[n]`: the full tree's node for node `n` of this tree. */
+  readonly fullNode: Int32Array
+}
+
+/**
+ * The nested trees the adaptive policy chooses from: `get(k)` is the tree of the first `k` choices
+ * in acceptance order. That order is the configured list's when every path comes after its parent
+ * there (Medusa's published trees, `DEFAULT_MEDUSA_CHOICES` included, list paths by estimated
+ * acceptance), else the sorted node order. Small trees of the list's order are deep chains first
+ * (`[0]`, `[0, 0]`, `[1]`, ...), where prefixes of the sorted order would be wide and shallow.
+ */
+export class TreeFamily {
+  readonly full: SubTree
+  /** `order[k]`: the full tree's node added by the `k + 1`-th choice. */
+  readonly order: Int32Array
+  private readonly choices: readonly (readonly number[])[]
+  private readonly cache = new Map<number, SubTree>()
+
+  constructor(tree: MedusaTree, choices: readonly (readonly number[])[]) {
+    const identity = new Int32Array(tree.size)
+    for (let n = 0; n < tree.size; n++) identity[n] = n
+    this.full = { tree, fullNode: identity }
+    const seen = new Set<string>([''])
+    let closed = true
+    for (const path of choices) {
+      if (!seen.has(path.slice(0, -1).join(','))) closed = false
+      seen.add(path.join(','))
+    }
+    this.choices = closed ? choices : tree.paths.slice(1).map((key) => key.split(',').map(Number))
+    this.order = Int32Array.from(this.choices, (path) => tree.nodeOf.get(path.join(','))!)
+    this.cache.set(this.choices.length, this.full)
+  }
+
+  /** The tree of the first `k` choices (`0 ≤ k ≤` the number of choices). */
+  get(k: number): SubTree {
+    let sub = this.cache.get(k)
+    if (sub === undefined) {
+      const tree = new MedusaTree(this.choices.slice(0, k))
+      const fullNode = Int32Array.from(tree.paths, (key) => this.full.tree.nodeOf.get(key)!)
+      sub = { tree, fullNode }
+      this.cache.set(k, sub)
+    }
+    return sub
+  }
+}

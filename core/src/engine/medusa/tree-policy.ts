@@ -1,0 +1,117 @@
+import type { SubTree, TreeFamily } from './tree-family.ts'
+
+/** Cost samples forgotten at this rate per step (an effective window of ~50 steps). */
+const DECAY = 0.98
+/** Steps measured before the policy trusts its cost model; until then the full tree is used. */
+const WARMUP_STEPS = 12
+/** Every this many decisions, one probes a different tree size so the cost slope stays known. */
+const PROBE_EVERY = 16
+
+/**
+ * Adaptive tree size (`SpeculationOptions.adaptive`): each step, the tree of the family (the first
+ * `k` choices in acceptance order, see `TreeFamily`) that maximises expected emitted tokens per
+ * unit of step time, or none (plain decoding, `k = 0`) when no tree beats it. Only speed depends on it: every
+ * emitted token is still chosen by sample-and-match, so outputs are the same for any tree size.
+ *
+ * - Acceptance: for every node, how often the walk stood at its parent with the node in the tree
+ *   (`tried`) and moved into it (`taken`); `q(n) = (taken + 1) / (tried + 2)`, and the chance of
+ *   reaching `n` is the product of `q` along its path. A row of `m` nodes emits
+ *   `E(k) = 1 + Σ reach(n)` tokens on average, over the nodes of tree `k` (within the drafts' depth).
+ * - Cost: the measured wall time of decode-only steps (plan, runner step, sampling) against their
+ *   work `W` = tokens fed + head rows × heads, fitted as `a + b·W` by exponentially forgetting
+ *   least squares. A tree row costs its nodes plus `heads` per node on the rank-0 chain (where
+ *   heads run), a plain row `1 + heads` (it still asks for heads so that a draft is ready).
+ * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
+ *   The full tree is used until `WARMUP_STEPS` steps were measured; every `PROBE_EVERY`-th choice
+ *   takes a neighbouring size instead, so the fit keeps seeing different step sizes.
+ */
+export class AdaptiveTreePolicy {
+  private readonly family: TreeFamily
+  private readonly tried: Float64Array
+  private readonly taken: Float64Array
+  private readonly reach: Float64Array
+  // Weighted sums of the cost fit: Σw, Σw·x, Σw·y, Σw·x², Σw·x·y.
+  private s = 0
+  private sx = 0
+  private sy = 0
+  private sxx = 0
+  private sxy = 0
+  private steps = 0
+  private decisions = 0
+
+  constructor(family: TreeFamily) {
+    this.family = family
+    const tree = family.full.tree
+    this.tried = new Float64Array(tree.size)
+    this.taken = new Float64Array(tree.size)
+    this.reach = new Float64Array(tree.size)
+  }
+
+  /** The walk stood at `node` of `sub`'s first `treeNodes` nodes and moved to `next` (-1: it stopped). */
+  recordChildren(sub: SubTree, node: number, treeNodes: number, next: number): void {
+    for (const child of sub.tree.children[node]!) {
+      if (child >= treeNodes) break
+      const full = sub.fullNode[child]!
+      this.tried[full]!++
+      if (child === next) this.taken[full]!++
+    }
+  }
+
+  /** One decode-only step of `work` (see the class comment) took `ms` milliseconds. */
+  recordStep(work: number, ms: number): void {
+    if (!(ms >= 0) || !(work > 0)) return
+    this.s = this.s * DECAY + 1
+    this.sx = this.sx * DECAY + work
+    this.sy = this.sy * DECAY + ms
+    this.sxx = this.sxx * DECAY + work * work
+    this.sxy = this.sxy * DECAY + work * ms
+    this.steps++
+  }
+
+  /**
+   * How many choices the step's trees take (0: decode plainly) for `rows` rows whose drafts reach
+   * `depth`, with speculators of `heads` heads.
+   */
+  choose(rows: number, depth: number, heads: number): number {
+    const { order } = this.family
+    const full = this.family.full.tree
+    const fit = this.fit()
+    if (this.steps < WARMUP_STEPS || fit === null || rows <= 0) return order.length
+    const { a, b } = fit
+    const reach = this.reach
+    reach[0] = 1
+    let expected = 1
+    let work = 1 + heads
+    let best = 0
+    let bestRate = rows / (a + b * rows * work)
+    for (let k = 1; k <= order.length; k++) {
+      const n = order[k - 1]!
+      reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
+      if (full.depth[n]! > depth) continue
+      expected += reach[n]!
+      work += full.headAncestor[n] === n ? 1 + heads : 1
+      const rate = (rows * expected) / (a + b * rows * work)
+      if (rate > bestRate) {
+        bestRate = rate
+        best = k
+      }
+    }
+    if (++this.decisions % PROBE_EVERY === 0) {
+      // Alternate a larger and a smaller neighbour.
+      const step = Math.max(1, best >> 1)
+      best = (this.decisions / PROBE_EVERY) % 2 === 1 ? Math.min(order.length, best + step) : Math.max(0, best - step)
+    }
+    return best
+  }
+
+  /** `a + b·W` from the weighted sums, or null while the work values have no spread. */
+  private fit(): { a: number; b: number } | null {
+    const { s, sx, sy, sxx, sxy } = this
+    const variance = s * sxx - sx * sx
+    if (s <= 0 || !(variance > 1e-9 * s * sxx)) return null
+    const b = Math.max(0, (s * sxy - sx * sy) / variance)
+    // A step never costs nothing: keep the fixed part at least a small fraction of the mean.
+    const a = Math.max((sy / s) * 0.05, (sy - b * sx) / s)
+    return { a, b }
+  }
+}
