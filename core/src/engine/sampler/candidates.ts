@@ -25,12 +25,15 @@ export function collectCandidates(work: Float32Array, ids: Int32Array): number {
   return n
 }
 
-/** Index of the largest value (first on ties) in one pass, or -1 when every value is -Infinity/NaN. */
-export function argmax(work: Float32Array): number {
+/**
+ * Index of the largest value of `work[offset, offset + n)` (first on ties) in one pass, relative
+ * to `offset`, or -1 when every value is -Infinity/NaN. Default: the whole array.
+ */
+export function argmax(work: Float32Array, offset = 0, n = work.length - offset): number {
   let best = -1
   let bestValue = -Infinity
-  for (let v = 0; v < work.length; v++) {
-    const x = work[v]!
+  for (let v = 0; v < n; v++) {
+    const x = work[offset + v]!
     if (x > bestValue) {
       bestValue = x
       best = v

@@ -10,6 +10,11 @@ export function logSumExp(logits: Float32Array, offset: number, vocabSize: numbe
     const x = logits[offset + v]!
     if (x > max) max = x
   }
+  return logSumExpBelow(logits, offset, vocabSize, max)
+}
+
+/** `logSumExp` when the row's largest logit (`max`, NaNs ignored) is already known. */
+export function logSumExpBelow(logits: Float32Array, offset: number, vocabSize: number, max: number): number {
   if (max === -Infinity || Number.isNaN(max)) return max
   let sum = 0
   for (let v = 0; v < vocabSize; v++) sum += Math.exp(logits[offset + v]! - max)

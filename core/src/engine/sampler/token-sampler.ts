@@ -4,7 +4,7 @@ import { argmax, createWarpScratch, type WarpScratch } from './candidates.ts'
 import { applyConstraintMask } from './grammar-mask.ts'
 import { applyPenalties, penaltiesActive } from './penalties.ts'
 import type { SamplingState } from './sampling-state.ts'
-import { logSumExp } from './softmax.ts'
+import { logSumExp, logSumExpBelow } from './softmax.ts'
 import { topLogprobs } from './top-logprobs.ts'
 import { warp } from './warp-chain.ts'
 
@@ -51,6 +51,14 @@ export class TokenSampler {
     const { logits, offset, state, constraint } = input
     const V = this.vocabSize
     const sampling = state.sampling
+    if (constraint === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)) {
+      // Plain greedy: the raw logits decide, so skip the working copy; the chosen logit is the
+      // row's maximum, which the log-softmax needs anyway.
+      const id = argmax(logits, offset, V)
+      if (id < 0) return { kind: 'no_token_allowed' }
+      state.record(id)
+      return { kind: 'token', token: this.report(input, id, logSumExpBelow(logits, offset, V, logits[offset + id]!)) }
+    }
     const work = this.work
     work.set(logits.subarray(offset, offset + V))
     if (penaltiesActive(sampling)) applyPenalties(work, state, sampling)
@@ -70,17 +78,16 @@ export class TokenSampler {
     if (constraint !== null && !constraint.isTerminated()) constraint.accept(id)
     state.record(id)
 
-    const logNorm = logSumExp(logits, offset, V)
-    const token: GeneratedToken =
-      input.topLogprobs > 0
-        ? {
-            id,
-            logprob: logits[offset + id]! - logNorm,
-            skipped: false,
-            top: topLogprobs(logits, offset, V, logNorm, input.topLogprobs, this.scratch),
-          }
-        : { id, logprob: logits[offset + id]! - logNorm, skipped: false }
-    return { kind: 'token', token }
+    return { kind: 'token', token: this.report(input, id, logSumExp(logits, offset, V)) }
+  }
+
+  /** The reported token: its raw log-softmax (`logNorm` is the row's normaliser) and top logprobs. */
+  private report(input: SampleInput, id: number, logNorm: number): GeneratedToken {
+    const { logits, offset } = input
+    const logprob = logits[offset + id]! - logNorm
+    if (input.topLogprobs <= 0) return { id, logprob, skipped: false }
+    const top = topLogprobs(logits, offset, this.vocabSize, logNorm, input.topLogprobs, this.scratch)
+    return { id, logprob, skipped: false, top }
   }
 
   /** Inverse-CDF draw over the candidates in their current order, from the request's own stream. */
