@@ -158,10 +158,12 @@ export class Scheduler {
       if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
     }
     const trees = speculate ? this.planTrees(decoders, speculation) : null
+    // While the policy finds plain decoding faster, plain rows skip the heads too (no draft).
+    const heads = speculate && (speculation.policy === null || speculation.policy.wantsHeads())
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
       const nodes = trees?.nodes.get(seq) ?? 0
-      rows.push(nodes > 1 ? buildTreeRow(seq, trees!.subTree, nodes) : buildRow(seq, 1, speculate))
+      rows.push(nodes > 1 ? buildTreeRow(seq, trees!.subTree, nodes) : buildRow(seq, 1, heads))
     }
 
     // 2. Chunks of prompts already being prefilled.

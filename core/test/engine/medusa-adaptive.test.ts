@@ -80,6 +80,14 @@ t.test(
     const perToken = new AdaptiveTreePolicy(family)
     train(perToken, 0.001, 1, () => false)
     t.equal(perToken.choose(1, 4, heads), 0, 'nothing accepted and costs per token: plain decoding')
+    const asks = Array.from({ length: 32 }, () => perToken.wantsHeads())
+    t.same(
+      asks.flatMap((ask, i) => (ask ? [i] : [])),
+      [15, 31],
+      'then plain rows skip the heads, except every 16th step',
+    )
+    t.equal(perToken.choose(1, 4, heads), 1, 'back with a draft: one small tree to refresh the estimates')
+    t.ok(perToken.wantsHeads(), 'a tree was chosen: heads again')
 
     const perStep = new AdaptiveTreePolicy(family)
     train(perStep, 1, 0.001, () => true)

@@ -20,7 +20,8 @@ const PROBE_EVERY = 16
  * - Cost: the measured wall time of decode-only steps (plan, runner step, sampling) against their
  *   work `W` = tokens fed + head rows × heads, fitted as `a + b·W` by exponentially forgetting
  *   least squares. A tree row costs its nodes plus `heads` per node on the rank-0 chain (where
- *   heads run), a plain row `1 + heads` (it still asks for heads so that a draft is ready).
+ *   heads run); a plain row costs 1: after choosing plain decoding, rows skip the heads until
+ *   the next probe (`wantsHeads`).
  * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
  *   The full tree is used until `WARMUP_STEPS` steps were measured; every `PROBE_EVERY`-th choice
  *   takes a neighbouring size instead, so the fit keeps seeing different step sizes.
@@ -38,6 +39,9 @@ export class AdaptiveTreePolicy {
   private sxy = 0
   private steps = 0
   private decisions = 0
+  /** The last choice, and the plans since it (while it is plain decoding). */
+  private lastChoice = -1
+  private idlePlans = 0
 
   constructor(family: TreeFamily) {
     this.family = family
@@ -81,9 +85,10 @@ export class AdaptiveTreePolicy {
     const reach = this.reach
     reach[0] = 1
     let expected = 1
+    // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
     let work = 1 + heads
     let best = 0
-    let bestRate = rows / (a + b * rows * work)
+    let bestRate = rows / (a + b * rows)
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
       reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
@@ -96,12 +101,27 @@ export class AdaptiveTreePolicy {
         best = k
       }
     }
+    // Back from headless plain decoding (see `wantsHeads`): try the best tree once more.
+    if (this.lastChoice === 0 && best === 0) best = 1
     if (++this.decisions % PROBE_EVERY === 0) {
       // Alternate a larger and a smaller neighbour.
       const step = Math.max(1, best >> 1)
       best = (this.decisions / PROBE_EVERY) % 2 === 1 ? Math.min(order.length, best + step) : Math.max(0, best - step)
     }
+    this.lastChoice = best
+    this.idlePlans = 0
     return best
+  }
+
+  /**
+   * Whether this step's plain decode rows should ask for head logits (called once per planned
+   * step). After a choice of plain decoding they do not, so plain decoding costs what it costs
+   * without Medusa; every `PROBE_EVERY`-th step they do, so a draft exists and the choice is
+   * made again with fresh estimates.
+   */
+  wantsHeads(): boolean {
+    if (this.lastChoice !== 0) return true
+    return ++this.idlePlans % PROBE_EVERY === 0
   }
 
   /** `a + b·W` from the weighted sums, or null while the work values have no spread. */
