@@ -64,6 +64,9 @@ export class AdaptiveTreePolicy {
   /** One decode-only step of `work` (see the class comment) took `ms` milliseconds. */
   recordStep(work: number, ms: number): void {
     if (!(ms >= 0) || !(work > 0)) return
+    // A step the OS preempted would drag the fit for dozens of steps: cap it at 3× the model.
+    const fit = this.steps >= WARMUP_STEPS ? this.fit() : null
+    if (fit !== null) ms = Math.min(ms, 3 * (fit.a + fit.b * work))
     this.s = this.s * DECAY + 1
     this.sx = this.sx * DECAY + work
     this.sy = this.sy * DECAY + ms
