@@ -27,7 +27,7 @@ import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
 import { TreeFamily } from './medusa/tree-family.ts'
 import { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
-import type { PlannedRow } from './row-builder.ts'
+import { headSpacing, type PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
 import { logSumExp } from './sampler/softmax.ts'
 import { TokenSampler } from './sampler/token-sampler.ts'
@@ -574,10 +574,11 @@ export class BatchingEngine implements Backend {
     })
     seq.cacheLen += accepted.length
     seq.pendingCopy = from.length > 0 ? { from, to } : null
-    // Heads ran only on the tree's rank-0 chain: draft from the deepest of them on the accepted path.
-    const headAt = tree.headAncestor[node]!
-    const at = tree.depth[headAt]!
-    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, at, tree.depth[node]! - at)
+    // Heads ran only on the tree's rank-0 chain, every `spacing`-th node of it: draft from the
+    // deepest of them on the accepted path.
+    const spacing = headSpacing(seq.request.speculator!.size, tree.depth[treeNodes - 1]!)
+    const at = Math.floor(tree.depth[tree.headAncestor[node]!]! / spacing)
+    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, at, tree.depth[node]! - at * spacing)
   }
 
   /** Logprob of prompt token `p + 1` from the logits at position `p`, for every position of the chunk. */

@@ -1,4 +1,5 @@
 import type { KvCopy, StepRow } from '../contracts/step-runner.ts'
+import type { MedusaTree } from './medusa/medusa-tree.ts'
 import type { SubTree } from './medusa/tree-family.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -75,8 +76,9 @@ export function buildRow(seq: Sequence, chunk: number, medusa = false): PlannedR
  * (the root, not yet in the cache) plus the first `nodes - 1` candidates of `subTree` (a tree of
  * the family, its candidates taken from the draft of the full tree), at positions
  * `cacheLen + depth`, attending to their ancestors only. Logits come back for every node
- * (verification walks the tree from the root); head logits only at the tree's `headNodes` (the
- * rank-0 chain: the next draft comes from the heads at, or above, the node where the walk stops).
+ * (verification walks the tree from the root); head logits only at every `headSpacing`-th node of
+ * the tree's `headNodes` (the rank-0 chain): the next draft comes from the heads at, or above, the
+ * node where the walk stops, shifted.
  * The sequence's blocks must cover `cacheLen + nodes` entries.
  */
 export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): PlannedRow {
@@ -104,7 +106,7 @@ export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): Pl
     loraSlot: seq.loraSlot,
     logitIndices: all,
     medusaSlot: seq.medusaSlot,
-    medusaIndices: tree.headNodes.slice(0, tree.headNodesWithin(nodes)),
+    medusaIndices: spacedHeadNodes(tree, nodes, headSpacing(seq.request.speculator!.size, tree.depth[nodes - 1]!)),
   }
   return {
     seq,
@@ -116,4 +118,22 @@ export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): Pl
     subTree,
     kvCopy: takeCopy(seq, blockTable),
   }
+}
+
+/**
+ * Heads are asked at chain depths `0, g, 2g, ...` of a tree `depth` deep, `g = heads - depth + 1`:
+ * a walk that stops at depth `t` then drafts from depth `t - j` with `j ≤ g - 1 = heads - depth`,
+ * which still leaves `heads - j ≥ depth` heads, a draft as deep as the tree. Shallow trees thus
+ * need the heads at the root only.
+ */
+export function headSpacing(heads: number, depth: number): number {
+  return Math.max(1, heads - depth + 1)
+}
+
+/** `tree.headNodes` within the first `nodes` nodes at depths divisible by `spacing`. */
+function spacedHeadNodes(tree: MedusaTree, nodes: number, spacing: number): Int32Array {
+  const count = tree.headNodesWithin(nodes)
+  const out = new Int32Array(Math.ceil(count / spacing))
+  for (let i = 0; i < out.length; i++) out[i] = tree.headNodes[i * spacing]!
+  return out
 }

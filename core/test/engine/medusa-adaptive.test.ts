@@ -3,6 +3,7 @@ import { draftFromHeads } from '../../src/engine/medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
 import { TreeFamily } from '../../src/engine/medusa/tree-family.ts'
 import { AdaptiveTreePolicy } from '../../src/engine/medusa/tree-policy.ts'
+import { headSpacing } from '../../src/engine/row-builder.ts'
 import { fakeGreedy } from './fake-step-runner.ts'
 import { collect, idsOf, localMedusa, makeRequest, startEngine } from './engine-fixtures.ts'
 
@@ -17,6 +18,14 @@ t.test('head nodes: the root and the rank-0 chain; every node maps to its deepes
   t.equal(tree.headNodesWithin(1), 1)
   t.equal(tree.nodeOf.get('0,1'), 4)
   t.equal(tree.paths[5], '1,0')
+})
+
+t.test('head spacing: heads at every g-th chain node keep drafts as deep as the tree', async (t) => {
+  t.equal(headSpacing(4, 4), 1)
+  t.equal(headSpacing(4, 3), 2)
+  t.equal(headSpacing(4, 2), 3)
+  t.equal(headSpacing(4, 1), 4)
+  t.equal(headSpacing(2, 4), 1, 'fewer heads than the tree is deep: every chain node')
 })
 
 t.test('a shifted draft uses the later heads and is shallower', async (t) => {

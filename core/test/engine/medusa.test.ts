@@ -134,8 +134,9 @@ t.test(
       )
       t.same(row.treeMask, n === 5 ? full : [1, 0, 0, 1, 1, 0, 1, 0, 1])
       t.same(row.logitIndices, [0, 1, 2, 3, 4].slice(0, n))
-      // Nodes 0 (root), 1 ([0]) and 3 ([0, 0]).
-      t.same(row.medusaIndices, n === 5 ? [0, 1, 3] : [0, 1])
+      // Two heads, depth 2: every chain node (0, 1 [0], 3 [0, 0]); depth 1: the root's heads
+      // leave a draft of depth 1 wherever the walk stops (see `headSpacing`).
+      t.same(row.medusaIndices, n === 5 ? [0, 1, 3] : [0])
     }
     // Oracle heads: top-1 is always right, so the accepted path is nodes 1 ([0]) then 3 ([0, 0]):
     // node 3's entry (cacheLen + 3) moves to cacheLen + 2 before the next step.

@@ -1,3 +1,4 @@
+import { headSpacing } from '../row-builder.ts'
 import type { SubTree, TreeFamily } from './tree-family.ts'
 
 /** Cost samples forgotten at this rate per step (an effective window of ~50 steps). */
@@ -19,8 +20,8 @@ const PROBE_EVERY = 16
  *   `E(k) = 1 + Σ reach(n)` tokens on average, over the nodes of tree `k` (within the drafts' depth).
  * - Cost: the measured wall time of decode-only steps (plan, runner step, sampling) against their
  *   work `W` = tokens fed + head rows × heads, fitted as `a + b·W` by exponentially forgetting
- *   least squares. A tree row costs its nodes plus `heads` per node on the rank-0 chain (where
- *   heads run); a plain row costs 1: after choosing plain decoding, rows skip the heads until
+ *   least squares. A tree row costs its nodes plus `heads` per chain node where heads run
+ *   (`headSpacing`); a plain row costs 1: after choosing plain decoding, rows skip the heads until
  *   the next probe (`wantsHeads`).
  * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
  *   The full tree is used until `WARMUP_STEPS` steps were measured; every `PROBE_EVERY`-th choice
@@ -89,15 +90,22 @@ export class AdaptiveTreePolicy {
     reach[0] = 1
     let expected = 1
     // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
-    let work = 1 + heads
+    let tokens = 1
+    let deepest = 0
+    let deepestChain = 0
     let best = 0
     let bestRate = rows / (a + b * rows)
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
       reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
-      if (full.depth[n]! > depth) continue
+      const d = full.depth[n]!
+      if (d > depth) continue
       expected += reach[n]!
-      work += full.headAncestor[n] === n ? 1 + heads : 1
+      tokens++
+      deepest = Math.max(deepest, d)
+      if (full.headAncestor[n] === n) deepestChain = Math.max(deepestChain, d)
+      // Heads run at every `spacing`-th chain node (see `headSpacing`).
+      const work = tokens + heads * (Math.floor(deepestChain / headSpacing(heads, deepest)) + 1)
       const rate = (rows * expected) / (a + b * rows * work)
       if (rate > bestRate) {
         bestRate = rate
