@@ -1,4 +1,5 @@
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -59,9 +60,22 @@ t.test('loom serve with the default config answers /generate, then drains on SIG
     const adapter = await fetch(`${url}/generate`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ inputs: 'To be or not', parameters: { max_new_tokens: 5, adapter_id: 'alpha' } }),
+      body: JSON.stringify({ inputs: 'To be or not', parameters: { max_new_tokens: 5, adapter_id: 'kjv' } }),
     })
     t.equal(adapter.status, 200, 'the default config serves its local adapters')
+    // The README's OpenAI SDK example, run as a user would, must print what the README shows.
+    const example = spawnSync(process.execPath, [join(root, 'tools/demo-voices.mjs')], {
+      env: { ...process.env, LOOM_URL: url },
+      encoding: 'utf8',
+    })
+    t.equal(example.status, 0, example.stderr)
+    const readme = readFileSync(join(root, 'README.md'), 'utf8')
+    t.ok(
+      readme.includes(
+        `which prints (greedy decoding, so every run gives the same text):\n\n\`\`\`\n${example.stdout}\`\`\``,
+      ),
+      'the README shows exactly what the example prints',
+    )
   })
   t.equal(run.code, 0, 'exits 0 after SIGTERM')
   t.equal(run.stderr, '')
