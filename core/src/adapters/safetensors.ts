@@ -5,10 +5,9 @@
  * truncated or hostile file fails with one clear `adapter_invalid` error instead of garbage or a
  * RangeError.
  */
-import { readFile } from 'node:fs/promises'
-import { basename } from 'node:path'
 import { LoomError } from '../errors/index.ts'
 import { decodeBf16, decodeF16, decodeF32, decodeF64 } from './float-decode.ts'
+import { readAdapterFile } from './read-adapter-file.ts'
 
 /** Bytes per element of every dtype the format defines. */
 const DTYPE_BYTES: Readonly<Record<string, number>> = {
@@ -77,18 +76,8 @@ export class SafetensorsFile {
 
   /** Read and validate a file. Throws `adapter_invalid` naming `id` when it is not valid safetensors. */
   static async read(path: string, id: string): Promise<SafetensorsFile> {
-    const ctx = { id, file: basename(path) }
-    let bytes: Buffer
-    try {
-      bytes = await readFile(path)
-    } catch (err) {
-      throw new LoomError(
-        'adapter_invalid',
-        { id, detail: `${ctx.file}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` },
-        { cause: err },
-      )
-    }
-    return SafetensorsFile.parse(bytes, ctx)
+    const { bytes, file } = await readAdapterFile(path, id)
+    return SafetensorsFile.parse(bytes, { id, file })
   }
 
   /** Validate bytes already in memory. */

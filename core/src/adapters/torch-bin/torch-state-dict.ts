@@ -5,8 +5,6 @@
  * allow-list, so nothing in the file can run. Tensors are strided views of storages; `float32()`
  * materialises one contiguously. Every failure is an `adapter_invalid` naming the adapter.
  */
-import { readFile } from 'node:fs/promises'
-import { basename } from 'node:path'
 import { LoomError } from '../../errors/index.ts'
 import { decodeBf16, decodeF16, decodeF32, decodeF64 } from '../float-decode.ts'
 import { describePickleValue, PickleDict } from './pickle-values.ts'
@@ -14,6 +12,7 @@ import { restrictedUnpickle } from './restricted-unpickler.ts'
 import { isTorchTensor, TORCH_DTYPE_BYTES, torchStateDictPolicy, type TorchTensor } from './torch-allow-list.ts'
 import { TorchBinError } from './torch-bin-error.ts'
 import { ZipArchive } from './zip-reader.ts'
+import { readAdapterFile } from '../read-adapter-file.ts'
 
 /** Who owns the file, for error messages: the adapter id and the file name. */
 export interface TorchBinContext {
@@ -42,18 +41,8 @@ export class TorchStateDict {
 
   /** Read and check a file. Throws `adapter_invalid` naming `id` when it is not a plain state dict. */
   static async read(path: string, id: string): Promise<TorchStateDict> {
-    const ctx = { id, file: basename(path) }
-    let bytes: Buffer
-    try {
-      bytes = await readFile(path)
-    } catch (err) {
-      throw new LoomError(
-        'adapter_invalid',
-        { id, detail: `${ctx.file}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` },
-        { cause: err },
-      )
-    }
-    return TorchStateDict.parse(bytes, ctx)
+    const { bytes, file } = await readAdapterFile(path, id)
+    return TorchStateDict.parse(bytes, { id, file })
   }
 
   /** Check bytes already in memory. */
