@@ -123,7 +123,7 @@ export const ERRORS = {
     401,
     'unauthorized',
     'authentication_error',
-    'Adapter `{id}` requires a token: send `api_token` or `Authorization: Bearer`',
+    'Adapter `{id}` requires a token ({detail}): send `api_token` or `Authorization: Bearer`',
   ),
   auth_invalid: spec(401, 'unauthorized', 'authentication_error', 'The token was refused for adapter `{id}`: {detail}'),
   auth_forbidden: spec(403, 'forbidden', 'permission_error', 'The token may not read adapter `{id}`: {detail}'),

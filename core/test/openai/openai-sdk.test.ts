@@ -285,7 +285,15 @@ t.test('the OpenAI SDK works against Loom', async (t) => {
         ignore_eos_token: true,
       } as never),
     )
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    // Wait until all four are inside the engine (on a loaded machine they arrive slowly).
+    const busy = () => {
+      const s = test.server.backend.stats()
+      return s.runningRequests + s.queuedRequests
+    }
+    for (let waited = 0; busy() < 4 && waited < 10_000; waited += 10) {
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    t.equal(busy(), 4, 'the four long requests fill the server')
     const refused = await client.completions
       .create({ model: '', prompt: 'one more', max_tokens: 2 })
       .catch((e: unknown) => e)

@@ -255,7 +255,8 @@ export class HostedAdapterSource implements AdapterSource {
 
 /** The error for a refused token; the message names the adapter, never the token. */
 export function deniedError(id: string, reason: 'missing' | 'invalid' | 'forbidden'): LoomError {
-  if (reason === 'missing') return new LoomError('auth_missing', { id })
+  if (reason === 'missing')
+    return new LoomError('auth_missing', { id, detail: 'the repository answered 401 without a token' })
   if (reason === 'invalid') {
     return new LoomError('auth_invalid', {
       id,

@@ -81,7 +81,8 @@ t.test('adapters from the hub over /generate', async (t) => {
     const none = await generate(fromHub('acme/secret'))
     t.equal(none.status, 401)
     t.same(none.body, {
-      error: 'Adapter `acme/secret` requires a token: send `api_token` or `Authorization: Bearer`',
+      error:
+        'Adapter `acme/secret` requires a token (the hub has no public repository `acme/secret`: it is private, gated or missing; send a token that can read it): send `api_token` or `Authorization: Bearer`',
       error_type: 'unauthorized',
     })
     const inBody = await generate(fromHub('acme/secret', { api_token: READER }))

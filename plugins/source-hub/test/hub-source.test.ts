@@ -86,7 +86,8 @@ t.test('private, gated and missing repos map to auth and not-found errors', asyn
 
   await t.rejects(resolve('acme/secret'), {
     code: 'auth_missing',
-    message: 'Adapter `acme/secret` requires a token: send `api_token` or `Authorization: Bearer`',
+    message:
+      'Adapter `acme/secret` requires a token (the repository is private or gated): send `api_token` or `Authorization: Bearer`',
   })
   const secret = await resolve('acme/secret', READER)
   t.equal(secret.revision, hub.sha('acme/secret'), 'a token that can read it')
