@@ -1,11 +1,12 @@
 import t, { type Test } from 'tap'
 import { copyFileSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { buildModel, type HfModelConfig } from '@loom/testkit'
+import { buildModel } from '@loom/testkit'
 import { readLoraAdapter } from '../../src/adapters/read-lora.ts'
-import type { LoraWeights, ModelSpec } from '../../src/contracts/step-runner.ts'
+import type { LoraWeights } from '../../src/contracts/step-runner.ts'
 import { LoomError } from '../../src/errors/index.ts'
 import { LORA_TINY_MODEL } from '../../../tools/fixtures/lora-tiny-options.ts'
+import { specOf } from './model-spec-of.ts'
 
 /**
  * `readLoraAdapter` with `adapter_model.bin`: the same `LoraWeights` as the safetensors twin, the
@@ -15,26 +16,6 @@ import { LORA_TINY_MODEL } from '../../../tools/fixtures/lora-tiny-options.ts'
 const FIXTURES = join(import.meta.dirname, 'fixtures')
 const TWIN = join(FIXTURES, 'lora-tiny')
 const MARKER = '/tmp/loom-torch-bin-pwned'
-
-function specOf(c: HfModelConfig): ModelSpec {
-  return {
-    architecture: c.architectures[0]!,
-    dtype: c.torch_dtype,
-    device: 'cpu',
-    vocabSize: c.vocab_size,
-    hiddenSize: c.hidden_size,
-    intermediateSize: c.intermediate_size,
-    numLayers: c.num_hidden_layers,
-    numHeads: c.num_attention_heads,
-    numKvHeads: c.num_key_value_heads,
-    headDim: c.head_dim,
-    maxContextLength: c.max_position_embeddings,
-    kvBlockSize: 16,
-    kvBlockCount: 64,
-    adapterSlots: 4,
-    maxLoraRank: 64,
-  }
-}
 
 /** A fresh adapter folder with the twin's config and the given weight files (fixture paths). */
 function adapterDir(t: Test, files: { safetensors?: string; bin?: string }): string {
