@@ -36,6 +36,7 @@ class CpuDevice final : public Device {
   void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
+  void prefetch_in_next_matmul(const CacheRegion* regions, int n) override;
 
  private:
   ThreadPool pool_;
@@ -43,6 +44,8 @@ class CpuDevice final : public Device {
   std::vector<int64_t> blocks_;
   std::vector<int64_t> items_;
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
+  std::vector<CacheRegion> prefetch_;     // prefetch_in_next_matmul's regions (cleared by matmul)
+  std::vector<int64_t> prefetch_end_;     // their cumulative byte ends
 };
 
 // Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens, all

@@ -36,6 +36,11 @@ constexpr int64_t kPrefetchBlocks = 2;
 // over the k-loop of the dot (dot_block's pf), which took batch-8 f32 steps from ~35 to ~25 ms
 // here: a burst of 108 prefetches fills the miss buffers and stalls the FMAs behind it.
 constexpr int64_t kBurstPrefetchTokens = 2;
+// From this many tokens a matmul is compute-bound here (FMA throughput, not DRAM), so it also
+// pulls the bytes of prefetch_in_next_matmul (the LoRA A/Bt its projection applies next) into
+// cache, spread evenly over its blocks and dot calls; below it the step is bandwidth-bound and
+// those bytes would only compete with the weights.
+constexpr int64_t kHintMinTokens = 16;
 
 #if LOOM_AVX512
 
@@ -89,7 +94,7 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // and stalls the FMAs; 0 prefetches the block's own rows (a no-op). An offset rather than three
 // more pointers: the 8-token tile already needs 14 general registers, and spilled pointers
 // cost more than the prefetch gains.
-template <typename Ld, int TN>
+template <typename Ld, int TN, int Hint = _MM_HINT_T0>
 inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out, int64_t pf_off) {
   // Every loop over t or i is fully unrolled so the accumulators and pointers live in registers:
   // an array indexed by a loop the compiler keeps rolled is spilled to the stack every k-step.
@@ -120,9 +125,9 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
   };
   int64_t k = 0;
   for (; k + 16 <= K; k += 16) {
-    _mm_prefetch(static_cast<const char*>(w0p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
-    _mm_prefetch(static_cast<const char*>(w1p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
-    _mm_prefetch(static_cast<const char*>(w2p) + pf_off + k * Ld::kBytes, _MM_HINT_T0);
+    _mm_prefetch(static_cast<const char*>(w0p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
+    _mm_prefetch(static_cast<const char*>(w1p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
+    _mm_prefetch(static_cast<const char*>(w2p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
     fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k, 0xffff, false);
   }
   if (k < K) {
@@ -140,29 +145,39 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
   for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
 }
 
-template <typename Ld>
+template <typename Ld, int Hint>
 void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out, int64_t pf_off) {
   switch (tn) {
-    case 8: dot_block<Ld, 8>(w, x, K, out, pf_off); break;
-    case 7: dot_block<Ld, 7>(w, x, K, out, pf_off); break;
-    case 6: dot_block<Ld, 6>(w, x, K, out, pf_off); break;
-    case 5: dot_block<Ld, 5>(w, x, K, out, pf_off); break;
-    case 4: dot_block<Ld, 4>(w, x, K, out, pf_off); break;
-    case 3: dot_block<Ld, 3>(w, x, K, out, pf_off); break;
-    case 2: dot_block<Ld, 2>(w, x, K, out, pf_off); break;
-    default: dot_block<Ld, 1>(w, x, K, out, pf_off); break;
+    case 8: dot_block<Ld, 8, Hint>(w, x, K, out, pf_off); break;
+    case 7: dot_block<Ld, 7, Hint>(w, x, K, out, pf_off); break;
+    case 6: dot_block<Ld, 6, Hint>(w, x, K, out, pf_off); break;
+    case 5: dot_block<Ld, 5, Hint>(w, x, K, out, pf_off); break;
+    case 4: dot_block<Ld, 4, Hint>(w, x, K, out, pf_off); break;
+    case 3: dot_block<Ld, 3, Hint>(w, x, K, out, pf_off); break;
+    case 2: dot_block<Ld, 2, Hint>(w, x, K, out, pf_off); break;
+    default: dot_block<Ld, 1, Hint>(w, x, K, out, pf_off); break;
   }
 }
 
 // Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
+// pf_l2: the prefetches at pf_off go to L2 only (bytes a later op reads, not this matmul).
 inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        int64_t pf_off) {
+                        int64_t pf_off, bool pf_l2 = false) {
+  if (pf_l2) {
+    if (dt == DType::F32)
+      dot_tn<LoadF32, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
+    else if (dt == DType::BF16)
+      dot_tn<LoadBF16, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
+    else
+      dot_tn<LoadF16, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
+    return;
+  }
   if (dt == DType::F32)
-    dot_tn<LoadF32>(w, x, tn, K, out, pf_off);
+    dot_tn<LoadF32, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
   else if (dt == DType::BF16)
-    dot_tn<LoadBF16>(w, x, tn, K, out, pf_off);
+    dot_tn<LoadBF16, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
   else
-    dot_tn<LoadF16>(w, x, tn, K, out, pf_off);
+    dot_tn<LoadF16, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
 }
 
 // Widen one 16-bit weight row to f32 (for the multi-pass case).
@@ -218,7 +233,7 @@ inline void dot_block(const float* const* w, const float* const* x, int64_t K, f
 
 // AVX2 only dots f32 rows; 16-bit weights are always widened into a tile first.
 inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        int64_t) {  // (no in-loop prefetch on AVX2)
+                        int64_t, bool = false) {  // (no in-loop prefetch on AVX2)
   const float* const* wf = reinterpret_cast<const float* const*>(w);
   switch (tn) {
     case 4: dot_block<4>(wf, x, K, out); break;
@@ -276,7 +291,23 @@ void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int
 // thread pool is a contiguous run of weight rows (long sequential streams for the hardware
 // prefetcher). Rows past a job's end are clamped to its last row and their results dropped, so
 // the micro-kernel never branches on N.
+void CpuDevice::prefetch_in_next_matmul(const CacheRegion* regions, int n) {
+  prefetch_.assign(regions, regions + n);
+}
+
 void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
+  // The hint is for this call only.
+  prefetch_end_.clear();
+  int64_t hint_bytes = 0;
+  if (T >= kHintMinTokens)
+    for (const CacheRegion& r : prefetch_) prefetch_end_.push_back(hint_bytes += r.bytes);
+  const CacheRegion* hint = prefetch_.data();
+  const int64_t* hint_end = prefetch_end_.data();
+  const int nhint = int(prefetch_end_.size());
+  struct ClearHint {
+    std::vector<CacheRegion>& v;
+    ~ClearHint() { v.clear(); }
+  } clear_hint{prefetch_};
   if (T <= 0 || njobs <= 0) return;
   // Blocks encoded as job * 2^40 + first row.
   blocks_.clear();
@@ -290,6 +321,12 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
     split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
     if (b0 >= b1) return;
     static thread_local std::vector<float> tile;  // widened weight rows [kRows, K]
+    // Hint bytes: this chunk owns [H·b0/nblocks, H·b1/nblocks) of their concatenation and pulls
+    // them in step with its blocks (by block b, up to H·(b+1)/nblocks), inside the k-loops of
+    // the first token tile's dots (a burst of ~100 prefetches stalls the FMAs behind it).
+    int64_t hcur = nhint ? hint_bytes * b0 / nblocks : 0;
+    int hreg = 0;
+    while (hreg < nhint && hint_end[hreg] <= hcur) hreg++;
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
       for (int64_t b = b0; b < b1; b++) {
@@ -332,12 +369,29 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
           dt = DType::F32;
         }
         // Dot the rows against the token tile, kMaxTokens tokens at a time.
+        const int64_t hint_hi = nhint ? hint_bytes * (b + 1) / nblocks : 0;
         for (int64_t t = t0; t < t1; t += kMaxTokens) {
           const int tn = int(std::min<int64_t>(kMaxTokens, t1 - t));
+          // A dot call not prefetching the weights prefetches the next piece of the hint inside
+          // its k-loop: three rows' worth of contiguous bytes at the rows' stride (the block's
+          // rows must be contiguous), as an offset from the rows.
+          int64_t dot_pf = t == t0 ? pf_off : 0;
+          bool pf_l2 = false;
+          if (nhint && t0 == 0 && dot_pf == 0 && hcur < hint_hi && hreg < nhint && nrows == kRows) {
+            const int64_t start = hint_end[hreg] - hint[hreg].bytes;
+            const char* target = static_cast<const char*>(hint[hreg].p) + (hcur - start);
+            dot_pf = target - static_cast<const char*>(w[0]);
+            pf_l2 = true;
+            hcur += kRows * K * dtype_size(dt);
+            if (hcur >= hint_end[hreg]) {
+              hcur = hint_end[hreg];
+              hreg++;
+            }
+          }
           const float* xs[kMaxTokens];
           for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(t + i, t1 - 1) * ldx;
           float out[kMaxTokens * kRows];  // [tn, kRows]
-          dot_weights(dt, w, xs, tn, K, out, t == t0 ? pf_off : 0);  // prefetch once per block
+          dot_weights(dt, w, xs, tn, K, out, dot_pf, pf_l2);
           for (int r = 0; r < tn; r++) {
             float* y = job.y + (t + r) * job.ldy + n0;
             for (int i = 0; i < nrows; i++) {

@@ -46,6 +46,12 @@ struct LoraSegment {
   float scale = 1.0f;           // expand only: alpha / r (already resolved)
 };
 
+// Bytes a later op will read (a cache hint: see Device::prefetch_in_next_matmul).
+struct CacheRegion {
+  const void* p = nullptr;
+  int64_t bytes = 0;
+};
+
 // Where one LoRA module's expand writes (lora_apply): y [T, ldy], N output features.
 struct LoraOutput {
   float* y = nullptr;
@@ -121,6 +127,14 @@ class Device {
   // q [T, ldq] (Hq*D from column 0), kc, vc [S, Hkv*D], out [T, Hq*D]
   virtual void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows,
                          int nrows, const AttnShape& shape, float* out) = 0;
+
+  // A hint, no effect on any result: the next matmul may pull these bytes into cache while it
+  // computes (the LoRA weights its projection's lora_apply reads next), so a compute-bound
+  // matmul hides their DRAM traffic. The regions must stay valid until that matmul returns.
+  virtual void prefetch_in_next_matmul(const CacheRegion* regions, int n) {
+    (void)regions;
+    (void)n;
+  }
 
   // Semantics (SGMV/BGMV shrink): for seg, t in seg, r<R_seg:
   //   tmp[t*ldt + col_seg + r] = Σ_k x[t*ldx+k] * f32(A_seg[r,k])

@@ -305,16 +305,14 @@ void LlamaModel::plan_lora_runs(const StepInput& in) {
   }
 }
 
-// Apply the adapters of every LoRA run to the projections `modules` (sharing input x [T, ldx] of
-// K features): one shrink for all modules together into the low-rank scratch [T, ldt], then one
-// expand per module into ys[m] [T, lds[m]] of ns[m] features.
-void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K,
-                           float* const* ys, const int64_t* lds, const int64_t* ns) {
-  // The scratch has room for three modules' ranks per token (q|k|v is the widest group).
-  const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
+// Plan the LoRA segments of projections `modules` of one layer (every LoRA run's A and Bt per
+// module) and hand their bytes to the device as a prefetch hint for the base matmul that runs
+// before lora_pass: at large batches that matmul is compute-bound and can pull them into cache.
+void LlamaModel::lora_plan(int layer, const int* modules, int nmod) {
   segs_.clear();
   expand_segs_.clear();
   seg_module_.clear();
+  lora_regions_.clear();
   for (const LoraRun& run : lora_runs_) {
     const auto& mods = slots_[size_t(run.slot)]->lora[size_t(layer)];
     int32_t col = 0;  // this run's modules sit side by side in the scratch columns
@@ -325,8 +323,21 @@ void LlamaModel::lora_pass(int layer, const int* modules, int nmod, const float*
       expand_segs_.push_back({run.tok_start, run.tok_count, ms.bt_data(), ms.dtype, ms.rank, col, ms.scale});
       seg_module_.push_back(m);
       col += ms.rank;
+      const bool f32 = ms.dtype == DType::F32;
+      lora_regions_.push_back({ms.a_data(), int64_t(f32 ? ms.a.size() * 4 : ms.a16.size() * 2)});
+      lora_regions_.push_back({ms.bt_data(), int64_t(f32 ? ms.bt.size() * 4 : ms.bt16.size() * 2)});
     }
   }
+  if (!lora_regions_.empty()) dev_->prefetch_in_next_matmul(lora_regions_.data(), int(lora_regions_.size()));
+}
+
+// Apply the segments lora_plan planned for nmod modules (sharing input x [T, ldx] of K
+// features): one shrink for all modules together into the low-rank scratch [T, ldt], then one
+// expand per module into ys[m] [T, lds[m]] of ns[m] features.
+void LlamaModel::lora_pass(int nmod, const float* x, int64_t ldx, int64_t K, float* const* ys, const int64_t* lds,
+                           const int64_t* ns) {
+  // The scratch has room for three modules' ranks per token (q|k|v is the widest group).
+  const int64_t ldt = 3 * int64_t(std::max(1, opt_.max_lora_rank));
   if (segs_.empty()) return;  // no LoRA row in this step: the base projection is the answer
   const auto started = std::chrono::steady_clock::now();
   LoraOutput outs[3];
@@ -409,12 +420,13 @@ Status LlamaModel::forward(const StepInput& in) {
                                    {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
                                    {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
     const int qkv_mods[3] = {kQ, kK, kV};
+    lora_plan(int(l), qkv_mods, 3);
     dev_->matmul(xn, T, H, qkv_jobs, 3, false);
     // LoRA on q, k, v: one shrink of xn for the three modules, then one expand per module.
     {
       float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
       const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
-      lora_pass(int(l), qkv_mods, 3, xn, H, H, ys, lds, ns);
+      lora_pass(3, xn, H, H, ys, lds, ns);
     }
     // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
     dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
@@ -429,11 +441,12 @@ Status LlamaModel::forward(const StepInput& in) {
     // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]
     const MatmulJob o_job{L.o, nullptr, x, H};
     const int o_mods[1] = {kO};
+    lora_plan(int(l), o_mods, 1);
     dev_->matmul(attn_.data(), T, QD, &o_job, 1, true);  // x += o_proj(attn)
     {
       float* ys[1] = {x};
       const int64_t lds[1] = {H}, ns[1] = {H};
-      lora_pass(int(l), o_mods, 1, attn_.data(), QD, QD, ys, lds, ns);
+      lora_pass(1, attn_.data(), QD, QD, ys, lds, ns);
     }
     // ---- MLP block (SwiGLU) ----
     // xn = RMSNorm(x) · w_post                                // [T, H]
@@ -441,22 +454,24 @@ Status LlamaModel::forward(const StepInput& in) {
     // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass          // [T, I] each
     const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
     const int gu_mods[2] = {kGate, kUp};
+    lora_plan(int(l), gu_mods, 2);
     dev_->matmul(xn, T, H, gu_jobs, 2, false);
     {
       float* ys[2] = {gate_.data(), up_.data()};
       const int64_t lds[2] = {I, I}, ns[2] = {I, I};
-      lora_pass(int(l), gu_mods, 2, xn, H, H, ys, lds, ns);
+      lora_pass(2, xn, H, H, ys, lds, ns);
     }
     // act = SiLU(gate) ⊙ up                                  // [T, I]
     dev_->silu_mul(gate_.data(), up_.data(), T * I, act_.data());
     // x += act · Wdownᵀ (+ LoRA)                              // [T, H]
     const MatmulJob down_job{L.down, nullptr, x, H};
     const int down_mods[1] = {kDown};
+    lora_plan(int(l), down_mods, 1);
     dev_->matmul(act_.data(), T, I, &down_job, 1, true);  // x += down_proj(act)
     {
       float* ys[1] = {x};
       const int64_t lds[1] = {H}, ns[1] = {H};
-      lora_pass(int(l), down_mods, 1, act_.data(), I, I, ys, lds, ns);
+      lora_pass(1, act_.data(), I, I, ys, lds, ns);
     }
   }
 

@@ -124,8 +124,9 @@ class LlamaModel {
     int32_t tok_start, tok_count, slot;
   };
   void plan_lora_runs(const StepInput& in);
-  void lora_pass(int layer, const int* modules, int nmod, const float* x, int64_t ldx, int64_t K, float* const* ys,
-                 const int64_t* lds, const int64_t* ns);
+  void lora_plan(int layer, const int* modules, int nmod);
+  void lora_pass(int nmod, const float* x, int64_t ldx, int64_t K, float* const* ys, const int64_t* lds,
+                 const int64_t* ns);
 
   Device* dev_;
   ModelConfig cfg_;
@@ -145,6 +146,7 @@ class LlamaModel {
   std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
   std::vector<LoraSegment> expand_segs_;  // per shrink segment: the same run and module's Bt
+  std::vector<CacheRegion> lora_regions_;  // the planned segments' A and Bt bytes (a prefetch hint)
   std::vector<int> seg_module_;          // per shrink segment: index of its module in the group
   // Step timing for the bench (take_profile); written by the stepping worker, read by JS.
   std::atomic<int64_t> prof_steps_{0}, prof_step_ns_{0}, prof_lora_ns_{0};
