@@ -124,6 +124,12 @@ export interface StepOutput {
   readonly logits: Float32Array
   /** `[Σ rows' medusaIndices.length, numHeads, vocabSize]`, rows in batch order; empty when unused. */
   readonly medusaLogits: Float32Array
+  /**
+   * Optional `[Σ rows' logitIndices.length]`: each logits row's `log Σ exp` (its log-softmax
+   * normaliser), for a runner that computes it cheaply where the logits are; the engine computes
+   * it itself when absent.
+   */
+  readonly logNormalizers?: Float64Array
 }
 
 /**

@@ -480,11 +480,11 @@ export class BatchingEngine implements Backend {
       if (seq.state !== 'running') continue
       seq.cacheLen += chunk
       try {
-        if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, row.cacheLen, chunk, output.logits, base, V)
+        if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, row.cacheLen, chunk, output, base, V)
         if (planned.treeNodes > 0) {
           this.verify(loaded, planned, output, base, headBase)
         } else if (planned.samples) {
-          this.sampleNext(loaded, seq, output.logits, base + (row.logitIndices.length - 1) * V)
+          this.sampleNext(loaded, seq, output, base + (row.logitIndices.length - 1) * V)
           if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
         }
       } catch (err) {
@@ -534,7 +534,7 @@ export class BatchingEngine implements Backend {
     let ending: BackendFinishReason | null = null
     let failed = false
     for (;;) {
-      const token = this.sampleOne(loaded, seq, output.logits, base + node * V)
+      const token = this.sampleOne(loaded, seq, output, base + node * V)
       if (token === 'done' || token === 'none') {
         // The tokens already chosen go out before the ending.
         if (token === 'done') ending = 'eos_token'
@@ -586,21 +586,23 @@ export class BatchingEngine implements Backend {
     seq: Sequence,
     start: number,
     chunk: number,
-    logits: Float32Array,
+    output: StepOutput,
     base: number,
     V: number,
   ): void {
+    const { logits, logNormalizers } = output
     const out = seq.prefillTokens!
     for (let i = 0; i < chunk; i++) {
       const target = start + i + 1
       if (target >= seq.promptLength) break
       const rowOffset = base + i * V
       const id = seq.tokens[target]!
-      out.push({ id, logprob: logits[rowOffset + id]! - logSumExp(logits, rowOffset, V) })
+      const logNorm = logNormalizers?.[rowOffset / V] ?? logSumExp(logits, rowOffset, V)
+      out.push({ id, logprob: logits[rowOffset + id]! - logNorm })
     }
   }
 
-  private sampleNext(loaded: Loaded, seq: Sequence, logits: Float32Array, offset: number): void {
+  private sampleNext(loaded: Loaded, seq: Sequence, output: StepOutput, offset: number): void {
     if (!seq.prefillDone) {
       seq.prefillDone = true
       if (seq.prefillTokens !== null) {
@@ -608,7 +610,7 @@ export class BatchingEngine implements Backend {
         seq.prefillTokens = null
       }
     }
-    const token = this.sampleOne(loaded, seq, logits, offset)
+    const token = this.sampleOne(loaded, seq, output, offset)
     if (token === 'done') return this.finish(seq, 'eos_token')
     if (token === 'none') return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
     seq.tokens.push(token.id)
@@ -619,11 +621,13 @@ export class BatchingEngine implements Backend {
   }
 
   /** Choose the token at one position (see `Sampled`); records it in the sampler state and constraint. */
-  private sampleOne(loaded: Loaded, seq: Sequence, logits: Float32Array, offset: number): Sampled {
+  private sampleOne(loaded: Loaded, seq: Sequence, output: StepOutput, offset: number): Sampled {
     const request = seq.request
+    const logNorm = output.logNormalizers?.[offset / loaded.spec.vocabSize]
     const outcome = loaded.sampler.sample({
-      logits,
+      logits: output.logits,
       offset,
+      ...(logNorm !== undefined ? { logNorm } : {}),
       state: seq.sampling,
       constraint: request.constraint,
       eosTokenIds: request.eosTokenIds,

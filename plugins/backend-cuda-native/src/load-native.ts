@@ -82,6 +82,8 @@ export interface NativePackedStep {
   readonly copyData: Int32Array
   readonly logits: Float32Array
   readonly medusaLogits: Float32Array
+  /** Optional: each logits row's log Σ exp, written by the step. */
+  readonly logNorms?: Float64Array
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

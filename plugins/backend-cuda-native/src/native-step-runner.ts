@@ -181,7 +181,7 @@ export class NativeStepRunner implements StepRunner {
     } catch (err) {
       throw fromNative(err, {})
     }
-    return { logits: packed.logits, medusaLogits: packed.medusaLogits }
+    return { logits: packed.logits, medusaLogits: packed.medusaLogits, logNormalizers: packed.logNorms }
   }
 
   /**

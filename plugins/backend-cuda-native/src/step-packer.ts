@@ -98,5 +98,6 @@ export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot
     copyData,
     logits: new Float32Array(logitRows * vocabSize),
     medusaLogits: new Float32Array(medusaRows * vocabSize),
+    logNorms: new Float64Array(logitRows),
   }
 }

@@ -13,6 +13,8 @@ export interface SampleInput {
   /** The step's logits; the row starts at `offset` and spans `vocabSize` values. Never modified. */
   readonly logits: Float32Array
   readonly offset: number
+  /** The row's `log Σ exp(logits)` when the runner already computed it (see `StepOutput`). */
+  readonly logNorm?: number
   readonly state: SamplingState
   readonly constraint: TokenConstraint | null
   readonly eosTokenIds: readonly number[]
@@ -57,7 +59,10 @@ export class TokenSampler {
       const id = argmax(logits, offset, V)
       if (id < 0) return { kind: 'no_token_allowed' }
       state.record(id)
-      return { kind: 'token', token: this.report(input, id, logSumExpBelow(logits, offset, V, logits[offset + id]!)) }
+      return {
+        kind: 'token',
+        token: this.report(input, id, input.logNorm ?? logSumExpBelow(logits, offset, V, logits[offset + id]!)),
+      }
     }
     const work = this.work
     work.set(logits.subarray(offset, offset + V))
@@ -78,7 +83,7 @@ export class TokenSampler {
     if (constraint !== null && !constraint.isTerminated()) constraint.accept(id)
     state.record(id)
 
-    return { kind: 'token', token: this.report(input, id, logSumExp(logits, offset, V)) }
+    return { kind: 'token', token: this.report(input, id, input.logNorm ?? logSumExp(logits, offset, V)) }
   }
 
   /** The reported token: its raw log-softmax (`logNorm` is the row's normaliser) and top logprobs. */

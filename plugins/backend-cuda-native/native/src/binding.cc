@@ -59,14 +59,15 @@ template <typename T>
 Status typed(const Napi::Object& obj, const char* key, napi_typedarray_type type, const char* what, int64_t expected,
              const std::string& shape, T** data, int64_t* len) {
   Napi::Value v = obj.Get(key);
-  const std::string expect = std::string(typed_array_name(type)) + " " + shape;
-  if (!v.IsTypedArray()) return bad_arg(std::string(what) + ": expected " + expect + ", got a non-typed-array value");
+  // Built only on the error paths: this runs for every array of every step.
+  auto expect = [&] { return std::string(typed_array_name(type)) + " " + shape; };
+  if (!v.IsTypedArray()) return bad_arg(std::string(what) + ": expected " + expect() + ", got a non-typed-array value");
   Napi::TypedArray ta = v.As<Napi::TypedArray>();
   if (ta.TypedArrayType() != type)
-    return bad_arg(std::string(what) + ": expected " + expect + ", got " + typed_array_name(ta.TypedArrayType()) +
+    return bad_arg(std::string(what) + ": expected " + expect() + ", got " + typed_array_name(ta.TypedArrayType()) +
                    " [" + std::to_string(ta.ElementLength()) + "]");
   if (expected >= 0 && int64_t(ta.ElementLength()) != expected)
-    return bad_arg(std::string(what) + ": expected " + expect + " (" + std::to_string(expected) + " values), got " +
+    return bad_arg(std::string(what) + ": expected " + expect() + " (" + std::to_string(expected) + " values), got " +
                    typed_array_name(type) + " [" + std::to_string(ta.ElementLength()) + "]");
   *data = reinterpret_cast<T*>(static_cast<uint8_t*>(ta.ArrayBuffer().Data()) + ta.ByteOffset());
   *len = int64_t(ta.ElementLength());
@@ -393,7 +394,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   //   btLen, maskOffset (-1: causal), logitOffset, logitCount, medusaOffset, medusaCount;
   //   blockTables (concatenated), masks Uint8Array (concatenated [n, n]), indices (logit and
   //   Medusa indices, concatenated); copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count
-  //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V].
+  //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V];
+  //   logNorms Float64Array [L] (optional): each logits row's log Σ exp.
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -430,6 +432,11 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(typed(p, "logits", napi_float32_array, "step.logits", -1, "[L, V]", &logits, &in->logits_len));
     LOOM_RETURN_IF_ERROR(
         typed(p, "medusaLogits", napi_float32_array, "step.medusaLogits", -1, "[M, heads, V]", &medusa, &in->medusa_len));
+    if (!p.Get("logNorms").IsUndefined()) {
+      double* norms = nullptr;
+      LOOM_RETURN_IF_ERROR(typed(p, "logNorms", napi_float64_array, "step.logNorms", -1, "[L]", &norms, &in->log_norms_len));
+      in->log_norms = norms;
+    }
     in->tokens = tokens;
     in->positions = positions;
     in->num_tokens = int32_t(T);
@@ -439,22 +446,22 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     auto inside = [](int64_t off, int64_t len, int64_t size) { return off >= 0 && len >= 0 && off + len <= size; };
     for (int64_t r = 0; r < nr / 12; r++) {
       const int32_t* f = rows + r * 12;
-      const std::string where = "step.rows[" + std::to_string(r) + "]";
+      auto where = [r] { return "step.rows[" + std::to_string(r) + "]"; };  // error paths only
       loom::StepRowDesc d{};
       d.tok_start = f[0];
       d.n = f[1];
       d.cache_len = f[2];
       d.lora_slot = f[3];
       d.medusa_slot = f[4];
-      if (!inside(f[0], f[1], T)) return bad_arg(where + ": tokens [" + std::to_string(f[0]) + ", +" + std::to_string(f[1]) + ") outside [0, " + std::to_string(T) + ")");
-      if (!inside(f[5], f[6], nbt)) return bad_arg(where + ": block table slice outside step.blockTables");
+      if (!inside(f[0], f[1], T)) return bad_arg(where() + ": tokens [" + std::to_string(f[0]) + ", +" + std::to_string(f[1]) + ") outside [0, " + std::to_string(T) + ")");
+      if (!inside(f[5], f[6], nbt)) return bad_arg(where() + ": block table slice outside step.blockTables");
       d.block_table = bt + f[5];
       d.num_blocks = f[6];
       if (f[7] >= 0) {
-        if (!inside(f[7], int64_t(f[1]) * f[1], nmask)) return bad_arg(where + ": tree mask [n, n] outside step.masks");
+        if (!inside(f[7], int64_t(f[1]) * f[1], nmask)) return bad_arg(where() + ": tree mask [n, n] outside step.masks");
         d.tree_mask = masks + f[7];
       }
-      if (!inside(f[8], f[9], nidx) || !inside(f[10], f[11], nidx)) return bad_arg(where + ": indices outside step.indices");
+      if (!inside(f[8], f[9], nidx) || !inside(f[10], f[11], nidx)) return bad_arg(where() + ": indices outside step.indices");
       d.logit_idx = idx + f[8];
       d.logit_count = f[9];
       d.medusa_idx = idx + f[10];

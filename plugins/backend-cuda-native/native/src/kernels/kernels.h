@@ -163,6 +163,10 @@ class Device {
       lora_expand(tmp, ldt, outs[module[i]].N, &expand[i], 1, outs[module[i]].y, outs[module[i]].ldy);
   }
 
+  // Semantics: for t<T: out[t] = log Σ_{i<V} exp(x[t*ld+i])   (a logits row's log-softmax
+  // normaliser, so logprob(i) = x[t*ld+i] - out[t]; -inf for a row of -inf, NaN if a NaN is in it)
+  virtual void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) = 0;
+
   // Semantics: for t<T: out[t] = argmax_i x[t*ld+i] (first maximum), i<V
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;
 };

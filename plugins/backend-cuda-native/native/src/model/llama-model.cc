@@ -127,7 +127,6 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     cos_.resize(T * D / 2);
     sin_.resize(T * D / 2);
     head_x_.resize(T * H);
-    head_t_.resize(T * H);
     kv_slots_.resize(T);
     attn_rows_.reserve(T);
     segs_.reserve(T * 6 + 16);
@@ -280,6 +279,9 @@ Status LlamaModel::validate(const StepInput& in) const {
   if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
   if (logits * cfg_.vocab != in.logits_len || medusa * cfg_.vocab != in.medusa_len)
     return invalid("output buffers do not match the requested logits");
+  if (in.log_norms && in.log_norms_len != logits)
+    return invalid("logNorms has " + std::to_string(in.log_norms_len) + " entries for " + std::to_string(logits) +
+                   " logits rows");
   for (const auto& c : in.copies)
     for (int i = 0; i < c.count; i++)
       for (int32_t e : {c.from[i], c.to[i]}) {
@@ -484,9 +486,16 @@ Status LlamaModel::forward(const StepInput& in) {
     dev_->rmsnorm(head_x_.data(), nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x_.data(), H);
     const MatmulJob head{lm_head_, nullptr, in.logits, V};
     dev_->matmul(head_x_.data(), nlog, H, &head, 1, false);
+    // Each row's log-softmax normaliser, where it is cheap (vector exp) rather than in the engine.
+    if (in.log_norms) dev_->log_sum_exp(in.logits, nlog, V, V, in.log_norms);
   }
 
-  // Medusa heads on the final-normed hidden states: x_h += SiLU(W x_h + b) per block, then a head.
+  // Medusa heads on the final-normed hidden states: x_h = x + SiLU(W_h x + b_h) per block, then
+  // an LM head. A row's heads run together, as few ops as the shapes allow (on a small model a
+  // head is a few µs of arithmetic and each op a pool region): the first blocks of all heads are
+  // one matmul (same input), each residual one op over [M, NH, H], and heads that reuse the base
+  // LM head (version 2) one LM-head matmul over all M·NH rows, which reads that matrix once and
+  // writes the [M, NH, V] layout directly. Later blocks and own LM heads (version 1) go head by head.
   float* out = in.medusa_logits;
   for (const auto& row : in.rows) {
     if (row.medusa_count == 0) continue;
@@ -496,18 +505,39 @@ Status LlamaModel::forward(const StepInput& in) {
     for (int64_t i = 0; i < M; i++)
       std::memcpy(hidden + i * H, x + int64_t(row.tok_start + row.medusa_idx[i]) * H, size_t(H) * 4);
     dev_->rmsnorm(hidden, M, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
-    for (int64_t h = 0; h < NH; h++) {
-      const MedusaHeadSlot& hs = s.medusa[size_t(h)];
-      float* xh = head_t_.data();  // [M, H]
-      std::memcpy(xh, hidden, size_t(M * H) * 4);
-      for (int b = 0; b < s.medusa_layers; b++) {
-        const MatmulJob job{{hs.w[size_t(b)].data(), DType::F32, H, H}, hs.b[size_t(b)].data(), xn, H};
-        dev_->matmul(xh, M, H, &job, 1, false);
-        dev_->silu_residual(xn, M * H, xh);
+    if (medusa_x_.size() < size_t(M * NH * H)) {
+      medusa_x_.resize(size_t(M * NH * H));
+      medusa_t_.resize(size_t(M * NH * H));
+    }
+    float* xh = medusa_x_.data();  // [M, NH, H]: head h of row i at (i·NH + h)·H
+    float* t = medusa_t_.data();   // [M, NH, H]: W x + b of the current block
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t h = 0; h < NH; h++) std::memcpy(xh + (i * NH + h) * H, hidden + i * H, size_t(H) * 4);
+    for (int b = 0; b < s.medusa_layers; b++) {
+      medusa_jobs_.clear();
+      for (int64_t h = 0; h < NH; h++) {
+        const MedusaHeadSlot& hs = s.medusa[size_t(h)];
+        medusa_jobs_.push_back({{hs.w[size_t(b)].data(), DType::F32, H, H}, hs.b[size_t(b)].data(), t + h * H, NH * H});
       }
-      const WeightView lm = hs.lm_head.empty() ? lm_head_ : WeightView{hs.lm_head.data(), DType::F32, V, H};
-      const MatmulJob job{lm, nullptr, out + h * V, NH * V};  // out [M, NH, V]
-      dev_->matmul(xh, M, H, &job, 1, false);
+      if (b == 0) {
+        dev_->matmul(hidden, M, H, medusa_jobs_.data(), int(NH), false);  // every head reads x
+      } else {
+        for (int64_t h = 0; h < NH; h++) dev_->matmul(xh + h * H, M, NH * H, &medusa_jobs_[size_t(h)], 1, false);
+      }
+      dev_->silu_residual(t, M * NH * H, xh);
+    }
+    bool shared_lm = true;
+    for (const MedusaHeadSlot& hs : s.medusa) shared_lm = shared_lm && hs.lm_head.empty();
+    if (shared_lm) {
+      const MatmulJob job{lm_head_, nullptr, out, V};  // rows (i, h) in order: out [M, NH, V]
+      dev_->matmul(xh, M * NH, H, &job, 1, false);
+    } else {
+      for (int64_t h = 0; h < NH; h++) {
+        const MedusaHeadSlot& hs = s.medusa[size_t(h)];
+        const WeightView lm = hs.lm_head.empty() ? lm_head_ : WeightView{hs.lm_head.data(), DType::F32, V, H};
+        const MatmulJob job{lm, nullptr, out + h * V, NH * V};
+        dev_->matmul(xh + h * H, M, NH * H, &job, 1, false);
+      }
     }
     out += M * NH * V;
   }

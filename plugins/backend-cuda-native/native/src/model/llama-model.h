@@ -71,6 +71,8 @@ struct StepInput {
   int64_t logits_len = 0;          // elements available in `logits`
   float* medusa_logits = nullptr;  // [Σ medusa_count * heads(slot), vocab]
   int64_t medusa_len = 0;
+  double* log_norms = nullptr;  // [Σ logit_count] or null: each logits row's log Σ exp (log_sum_exp)
+  int64_t log_norms_len = 0;
 };
 
 // One LoRA module of one layer: A [r, in] and B transposed [r, out], f32.
@@ -140,7 +142,9 @@ class LlamaModel {
   // KV cache: per layer K and V [blocks * block_size, Hkv * D] f32.
   std::vector<std::vector<float>> kcache_, vcache_;
   // Scratch arenas, sized from max_batch_tokens at load so a step never allocates.
-  std::vector<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_, head_t_;
+  std::vector<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_;
+  std::vector<float> medusa_x_, medusa_t_;  // [M, heads, H] (grown at the first Medusa step)
+  std::vector<MatmulJob> medusa_jobs_;
   std::vector<int32_t> kv_slots_, copy_from_, copy_to_;
   std::vector<AttnRow> attn_rows_;
   std::vector<LoraRun> lora_runs_;

@@ -2,6 +2,7 @@
 // the CUDA kernels. Straight loops that mirror each op's "Semantics:" line in kernels/kernels.h;
 // sums are accumulated in double so the reference is at least as accurate as what it checks.
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <vector>
 
@@ -154,6 +155,24 @@ class ReferenceDevice final : public Device {
       for (int64_t i = 1; i < V; i++)
         if (x[t * ld + i] > x[t * ld + best]) best = i;
       out[t] = int32_t(best);
+    }
+  }
+
+  void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override {
+    for (int64_t t = 0; t < T; t++) {
+      double max = -std::numeric_limits<double>::infinity();
+      bool nan = false;
+      for (int64_t i = 0; i < V; i++) {
+        nan = nan || std::isnan(x[t * ld + i]);
+        max = std::max(max, double(x[t * ld + i]));
+      }
+      if (nan || max == -std::numeric_limits<double>::infinity()) {
+        out[t] = nan ? std::numeric_limits<double>::quiet_NaN() : max;
+        continue;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < V; i++) sum += std::exp(double(x[t * ld + i]) - max);
+      out[t] = max + std::log(sum);
     }
   }
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <map>
 #include <vector>
@@ -192,6 +193,28 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     ref->argmax(x.data(), T, V, V, b.data());
     std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
     ck.compare("argmax", dims("argmax", {{"T", T}, {"V", V}}), fa.data(), fb.data(), fa.size(), 0, 0);
+  }
+  // log_sum_exp: logit-like rows (scaled so one token dominates some rows), a vocabulary that is
+  // not a multiple of the vector width, a row with -inf entries (masked) and one all -inf.
+  for (const int64_t V : {int64_t(2048), int64_t(49157)}) {
+    const int64_t T = 4;
+    auto x = randn(rng, size_t(T * V));
+    for (int64_t i = 0; i < V; i++) x[size_t(V + i)] *= 8.0f;
+    for (int64_t i = 0; i < V; i += 3) x[size_t(2 * V + i)] = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < V; i++) x[size_t(3 * V + i)] = -std::numeric_limits<float>::infinity();
+    std::vector<double> a(T), b(T);
+    dev->log_sum_exp(x.data(), T, V, V, a.data());
+    ref->log_sum_exp(x.data(), T, V, V, b.data());
+    // -inf == -inf, exactly; the finite rows to ~1e-6 relative.
+    std::vector<float> fa(size_t(T - 1)), fb(size_t(T - 1));
+    for (int64_t t = 0; t < T - 1; t++) {
+      fa[size_t(t)] = float(a[size_t(t)]);
+      fb[size_t(t)] = float(b[size_t(t)]);
+    }
+    ck.compare("log_sum_exp", dims("log_sum_exp", {{"T", T - 1}, {"V", V}}), fa.data(), fb.data(), fa.size(), 1e-6,
+               1e-6);
+    const float all_masked = a[size_t(T - 1)] == b[size_t(T - 1)] ? 0.0f : 1.0f, zero = 0.0f;
+    ck.compare("log_sum_exp", dims("log_sum_exp all -inf", {{"V", V}}), &all_masked, &zero, 1, 0, 0);
   }
 }
 
