@@ -26,6 +26,8 @@ export interface MedusaBenchOptions {
   readonly threads: number
   /** Candidate tree (`medusa_choices`); absent: the engine's default. */
   readonly choices?: readonly (readonly number[])[]
+  /** false: every verification uses the whole tree (no adaptive tree size). */
+  readonly adaptive?: boolean
 }
 
 export interface MedusaRow {
@@ -121,7 +123,7 @@ export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
     readAdapter: async (adapter, spec) => (heads ??= await readMedusaAdapter(adapter.dir, adapter.resolved.id, spec)),
     logger: silentLogger,
     name: 'bench',
-    ...(o.choices ? { speculation: { choices: o.choices } } : {}),
+    speculation: { ...(o.choices ? { choices: o.choices } : {}), ...(o.adaptive === false ? { adaptive: false } : {}) },
   })
   const rows: MedusaRow[] = []
   try {
