@@ -17,8 +17,9 @@
  * batch 1 and 4 with and without the demo model's heads. Knobs: LOOM_BENCH_MEDUSA (`0` skips
  * it), LOOM_BENCH_MEDUSA_MODEL / LOOM_BENCH_MEDUSA_HEADS (folders; default models/demo and
  * models/demo/medusa), LOOM_BENCH_MEDUSA_TOKENS (new tokens per request, 96),
- * LOOM_BENCH_MEDUSA_PROMPTS (requests per configuration, 8), LOOM_BENCH_MEDUSA_CHOICES (a JSON
- * `medusa_choices` tree; default: the engine's).
+ * LOOM_BENCH_MEDUSA_PROMPTS (requests per configuration, 32), LOOM_BENCH_MEDUSA_CHOICES (a JSON
+ * `medusa_choices` tree; default: the engine's), LOOM_BENCH_MEDUSA_ADAPTIVE (`0`: verify the whole
+ * tree every step instead of the engine's adaptive tree size).
  */
 import os from 'node:os'
 import type { ModelDtype } from '@loom/testkit'
@@ -109,7 +110,7 @@ async function main(): Promise<void> {
   }
   let medusa: { description: string; demo: boolean; rows: MedusaRow[] } | null = null
   if (process.env.LOOM_BENCH_MEDUSA !== '0') {
-    const assets = await medusaAssets(envInt('LOOM_BENCH_MEDUSA_PROMPTS', 8), log)
+    const assets = await medusaAssets(envInt('LOOM_BENCH_MEDUSA_PROMPTS', 32), log)
     log(`medusa: ${assets.description}`)
     const medusaRows = await benchMedusa({
       ...assets,
@@ -119,6 +120,7 @@ async function main(): Promise<void> {
       ...(process.env.LOOM_BENCH_MEDUSA_CHOICES
         ? { choices: JSON.parse(process.env.LOOM_BENCH_MEDUSA_CHOICES) as number[][] }
         : {}),
+      ...(process.env.LOOM_BENCH_MEDUSA_ADAPTIVE === '0' ? { adaptive: false } : {}),
     })
     medusa = { description: assets.description, demo: assets.demo, rows: medusaRows }
   }
