@@ -53,6 +53,8 @@ if (!nodeGyp) {
   process.exit(1)
 }
 const args = [nodeGyp, 'rebuild', `--jobs=${Math.max(2, os.cpus().length)}`, '--loglevel=warn']
+// LOOM_NATIVE_ISA=avx2: the AVX2 + FMA + F16C kernels even where AVX-512 is present (binding.gyp).
+if (process.env.LOOM_NATIVE_ISA) args.push(`--loom_isa=${process.env.LOOM_NATIVE_ISA}`)
 const nodeDir = findNodeDir()
 if (nodeDir) args.push(`--nodedir=${nodeDir}`)
 

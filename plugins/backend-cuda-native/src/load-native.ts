@@ -132,6 +132,8 @@ export interface NativeAddon {
   measureReadBandwidth(bytes: number, threads: number, repeats: number): Promise<number[]>
   /** Devices compiled in, comma-separated (`cpu`). */
   readonly devices: string
+  /** The cpu kernels' vector path: `avx512`, or `avx2` (+ FMA + F16C). */
+  readonly isa: 'avx512' | 'avx2'
 }
 
 const pluginDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/cpu-device.h"
+#include "cpu/simd-config.h"
 #include "cpu/read-bandwidth.h"
 #include "model/llama-model.h"
 #include "selftest/kernel-self-test.h"
@@ -569,6 +570,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("kernelSelfTest", Napi::Function::New(env, KernelSelfTest));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth));
   exports.Set("devices", Napi::String::New(env, "cpu"));
+  exports.Set("isa", Napi::String::New(env, LOOM_AVX512 ? "avx512" : "avx2"));  // the cpu kernels' vector path
   return exports;
 }
 
