@@ -53,6 +53,10 @@ t.test('the tree: sorted by depth, ancestor masks, prefixes, validation', async 
 
 t.test('draft: head d top-k fills depth d + 1 by rank', async (t) => {
   t.same([...topK(Float32Array.of(1, 5, 3, 5, -Infinity, NaN), 0, 6, 3)], [1, 3, 2], 'ties to the lower id')
+  // k = 1 takes a plain argmax path: the same answers as the general one.
+  t.same([...topK(Float32Array.of(1, 5, 3, 5, -Infinity, NaN), 0, 6, 1)], [1], 'k = 1: first maximum')
+  t.same([...topK(Float32Array.of(7, NaN, 2, 9, 9), 1, 4, 1)], [2], 'k = 1: NaN skipped, offset respected')
+  t.same([...topK(Float32Array.of(NaN, -Infinity, -Infinity), 0, 3, 1)], [1], 'k = 1: all -Infinity: the first')
   const tree = new MedusaTree([[0], [1], [0, 0], [0, 1]])
   const logits = new Float32Array(2 * 4)
   logits.set([0, 9, 8, 1], 0) // head 0: 1, 2

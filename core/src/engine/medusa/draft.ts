@@ -44,6 +44,7 @@ export function draftFromHeads(
 /** The `k` largest entries of `logits[offset, offset + n)` by id, best first (ties: lower id). */
 export function topK(logits: Float32Array, offset: number, n: number, k: number): Int32Array {
   k = Math.min(k, n)
+  if (k === 1) return Int32Array.of(argmaxOf(logits, offset, n))
   const ids = new Int32Array(k).fill(-1)
   const vals = new Float64Array(k).fill(-Infinity)
   let filled = 0
@@ -62,4 +63,21 @@ export function topK(logits: Float32Array, offset: number, n: number, k: number)
     ids[i] = v
   }
   return ids
+}
+
+/** The first index of the largest of `logits[offset, offset + n)` (NaN skipped; -1 if none). */
+function argmaxOf(logits: Float32Array, offset: number, n: number): number {
+  let best = -1
+  let max = -Infinity
+  const row = logits.subarray(offset, offset + n)
+  for (let v = 0; v < row.length; v++) {
+    const x = row[v]!
+    if (x > max) {
+      max = x
+      best = v
+    }
+  }
+  // All -Infinity (or NaN): the first non-NaN entry, like the general path.
+  if (best < 0) for (let v = 0; v < n && best < 0; v++) if (!Number.isNaN(logits[offset + v]!)) best = v
+  return best
 }
