@@ -119,6 +119,11 @@ export interface StepBatch {
   readonly kvCopies: readonly KvCopy[]
 }
 
+/**
+ * What a step returns. A runner may reuse these arrays for its next step (the native runner does:
+ * on a small model, allocating them every step costs as much as the step), so read them before
+ * calling `step` again.
+ */
 export interface StepOutput {
   /** `[Σ rows' logitIndices.length, vocabSize]`, rows in batch order. */
   readonly logits: Float32Array

@@ -19,7 +19,7 @@ import { loadNative, type NativeLoraModule, type NativeRuntime, type NativeStepP
 import { readModelConfig, type ParsedModelConfig } from './model-config.ts'
 import { defaultThreads, nativeOptionsSchema, type NativeOptions, type NativeOptionsInput } from './runner-options.ts'
 import { indexSafetensors } from './safetensors-index.ts'
-import { packStep } from './step-packer.ts'
+import { packStep, StepBuffers } from './step-packer.ts'
 
 /** Convert an error from the addon (an Error with a registry `code`) into a LoomError. */
 function fromNative(err: unknown, params: Record<string, string>): LoomError {
@@ -49,6 +49,8 @@ export class NativeStepRunner implements StepRunner {
   private readonly slots: ({ kind: 'lora' } | { kind: 'medusa'; heads: number } | { kind: 'loading' } | null)[] = []
   private inflight: Promise<unknown> = Promise.resolve()
   private closed = false
+  /** Every step's input and output arrays, reused (see `StepOutput`: valid until the next step). */
+  private readonly buffers = new StepBuffers()
 
   /**
    * @param modelPath a Hugging Face model folder (`config.json` + safetensors).
@@ -170,10 +172,15 @@ export class NativeStepRunner implements StepRunner {
           detail: `rows[${r}]: positions has ${row.positions.length} entries for ${row.tokens.length} tokens`,
         })
     }
-    const packed = packStep(batch, vocab, (slot) => {
-      const s = this.slots[slot]
-      return s && s.kind === 'medusa' ? s.heads : 0
-    })
+    const packed = packStep(
+      batch,
+      vocab,
+      (slot) => {
+        const s = this.slots[slot]
+        return s && s.kind === 'medusa' ? s.heads : 0
+      },
+      this.buffers,
+    )
     const run = runtime.step(packed)
     this.inflight = run.catch(() => undefined)
     try {

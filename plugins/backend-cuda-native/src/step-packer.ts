@@ -9,10 +9,52 @@ import type { NativePackedStep } from './load-native.ts'
 /** Integers per row in `rows`. */
 export const ROW_FIELDS = 12
 
+type Arrays = {
+  i32: Int32Array
+  u8: Uint8Array
+  f32: Float32Array
+  f64: Float64Array
+}
+
+/**
+ * Grow-only arrays a runner reuses from step to step, handed out as exact-length views: a decode
+ * step of a small model is ~0.1 ms, and a dozen fresh typed arrays a step (logits and Medusa
+ * head logits are tens to hundreds of KB) cost allocation, zeroing and garbage-collector pauses
+ * comparable to the step. Valid because steps never overlap and the engine reads a step's output
+ * before it asks for the next one (see `StepOutput`).
+ */
+export class StepBuffers {
+  private readonly arrays = new Map<string, Arrays[keyof Arrays]>()
+
+  view<K extends keyof Arrays>(name: string, kind: K, length: number): Arrays[K] {
+    let a = this.arrays.get(name) as Arrays[K] | undefined
+    if (a === undefined || a.length < length) {
+      const make = { i32: Int32Array, u8: Uint8Array, f32: Float32Array, f64: Float64Array }[kind]
+      a = new make(Math.max(length, (a?.length ?? 0) * 2)) as Arrays[K]
+      this.arrays.set(name, a)
+    }
+    return a.subarray(0, length) as Arrays[K]
+  }
+}
+
+/** Fresh arrays every call (no reuse). */
+const FRESH = {
+  view<K extends keyof Arrays>(_name: string, kind: K, length: number): Arrays[K] {
+    const make = { i32: Int32Array, u8: Uint8Array, f32: Float32Array, f64: Float64Array }[kind]
+    return new make(length) as Arrays[K]
+  },
+}
+
 /**
  * @param medusaHeads heads of a loaded Medusa slot (0 when the slot holds none).
+ * @param buffers where the arrays come from: reused views of `StepBuffers`, or fresh ones.
  */
-export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot: number) => number): NativePackedStep {
+export function packStep(
+  batch: StepBatch,
+  vocabSize: number,
+  medusaHeads: (slot: number) => number,
+  buffers: Pick<StepBuffers, 'view'> = FRESH,
+): NativePackedStep {
   let tokenCount = 0
   let blockCount = 0
   let maskBytes = 0
@@ -27,12 +69,12 @@ export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot
     logitRows += row.logitIndices.length
     if (row.medusaIndices.length > 0) medusaRows += row.medusaIndices.length * medusaHeads(row.medusaSlot)
   }
-  const tokens = new Int32Array(tokenCount)
-  const positions = new Int32Array(tokenCount)
-  const rows = new Int32Array(batch.rows.length * ROW_FIELDS)
-  const blockTables = new Int32Array(blockCount)
-  const masks = new Uint8Array(maskBytes)
-  const indices = new Int32Array(indexCount)
+  const tokens = buffers.view('tokens', 'i32', tokenCount)
+  const positions = buffers.view('positions', 'i32', tokenCount)
+  const rows = buffers.view('rows', 'i32', batch.rows.length * ROW_FIELDS)
+  const blockTables = buffers.view('blockTables', 'i32', blockCount)
+  const masks = buffers.view('masks', 'u8', maskBytes)
+  const indices = buffers.view('indices', 'i32', indexCount)
   let t = 0
   let b = 0
   let m = 0
@@ -50,23 +92,19 @@ export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot
     }
     indices.set(row.logitIndices, ix)
     indices.set(row.medusaIndices, ix + row.logitIndices.length)
-    rows.set(
-      [
-        t,
-        n,
-        row.cacheLen,
-        row.loraSlot,
-        row.medusaSlot,
-        b,
-        row.blockTable.length,
-        maskOffset,
-        ix,
-        row.logitIndices.length,
-        ix + row.logitIndices.length,
-        row.medusaIndices.length,
-      ],
-      r * ROW_FIELDS,
-    )
+    const f = r * ROW_FIELDS
+    rows[f] = t
+    rows[f + 1] = n
+    rows[f + 2] = row.cacheLen
+    rows[f + 3] = row.loraSlot
+    rows[f + 4] = row.medusaSlot
+    rows[f + 5] = b
+    rows[f + 6] = row.blockTable.length
+    rows[f + 7] = maskOffset
+    rows[f + 8] = ix
+    rows[f + 9] = row.logitIndices.length
+    rows[f + 10] = ix + row.logitIndices.length
+    rows[f + 11] = row.medusaIndices.length
     t += n
     b += row.blockTable.length
     ix += row.logitIndices.length + row.medusaIndices.length
@@ -75,8 +113,8 @@ export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot
   // Cache moves: [btOffset, btLen, fromOffset, toOffset, count] into copyData.
   let copyLen = 0
   for (const c of batch.kvCopies) copyLen += c.blockTable.length + 2 * c.from.length
-  const copies = new Int32Array(batch.kvCopies.length * 5)
-  const copyData = new Int32Array(copyLen)
+  const copies = buffers.view('copies', 'i32', batch.kvCopies.length * 5)
+  const copyData = buffers.view('copyData', 'i32', copyLen)
   let o = 0
   batch.kvCopies.forEach((c, i) => {
     const count = Math.min(c.from.length, c.to.length)
@@ -96,8 +134,8 @@ export function packStep(batch: StepBatch, vocabSize: number, medusaHeads: (slot
     indices,
     copies,
     copyData,
-    logits: new Float32Array(logitRows * vocabSize),
-    medusaLogits: new Float32Array(medusaRows * vocabSize),
-    logNorms: new Float64Array(logitRows),
+    logits: buffers.view('logits', 'f32', logitRows * vocabSize),
+    medusaLogits: buffers.view('medusaLogits', 'f32', medusaRows * vocabSize),
+    logNorms: buffers.view('logNorms', 'f64', logitRows),
   }
 }
