@@ -28,6 +28,12 @@ export interface MedusaBenchOptions {
   readonly choices?: readonly (readonly number[])[]
   /** false: every verification uses the whole tree (no adaptive tree size). */
   readonly adaptive?: boolean
+  /**
+   * Rounds per batch size (default 3). Each round times plain then Medusa back to back; the
+   * speed-up is the median of the rounds' ratios, since this shared host's speed drifts by tens
+   * of percent between seconds while a pair of runs sees nearly the same machine.
+   */
+  readonly rounds?: number
 }
 
 export interface MedusaRow {
@@ -36,7 +42,10 @@ export interface MedusaRow {
   readonly requests: number
   readonly tokens: number
   readonly seconds: number
+  /** The median round's tokens/s. */
   readonly tokensPerSec: number
+  /** With Medusa: the median over rounds of (this round's tokens/s / the plain run's just before). */
+  readonly speedUp: number | null
   /** With Medusa: tokens emitted per verification row (1 sampled + accepted candidates). */
   readonly tokensPerVerify: number | null
   /** With Medusa: accepted candidates per verification row. */
@@ -47,6 +56,19 @@ export interface MedusaRow {
   readonly verifyStepMs: number | null
   /** Mean tokens fed per verification row (the tree size + 1). */
   readonly treeTokens: number | null
+}
+
+/** One timed pass over the prompts in one mode. */
+interface MedusaRun {
+  readonly tokens: number
+  readonly seconds: number
+  readonly verifies: number
+  readonly emitted: number
+  readonly accepted: number
+  readonly plainMs: number[]
+  readonly verifyMs: number[]
+  readonly verifyRows: number
+  readonly verifyTokens: number
 }
 
 /** Step timings sorted by kind, recorded by a runner wrapper. */
@@ -155,36 +177,59 @@ export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
     // Warm-up: one request each way (first steps allocate, page in the weights).
     await generate(o.prompts[0]!, false)
     await generate(o.prompts[0]!, true)
-    for (const batch of o.batches)
+    const timeRun = async (batch: number, medusa: boolean): Promise<MedusaRun> => {
+      clock.plain = []
+      clock.verify = []
+      clock.verifyRows = clock.verifyTokens = 0
+      const before = engine.speculationStats()
+      let tokens = 0
+      const started = performance.now()
+      // The prompts in groups of `batch`, each group submitted together.
+      for (let i = 0; i + batch <= o.prompts.length; i += batch) {
+        const counts = await Promise.all(o.prompts.slice(i, i + batch).map((p) => generate(p, medusa)))
+        tokens += counts.reduce((a, b) => a + b, 0)
+      }
+      const seconds = (performance.now() - started) / 1000
+      const after = engine.speculationStats()
+      return {
+        tokens,
+        seconds,
+        verifies: after.verifySteps - before.verifySteps,
+        emitted: after.emittedTokens - before.emittedTokens,
+        accepted: after.acceptedTokens - before.acceptedTokens,
+        plainMs: [...clock.plain],
+        verifyMs: [...clock.verify],
+        verifyRows: clock.verifyRows,
+        verifyTokens: clock.verifyTokens,
+      }
+    }
+    for (const batch of o.batches) {
+      const runs: { plain: MedusaRun; medusa: MedusaRun }[] = []
+      for (let r = 0; r < (o.rounds ?? 3); r++)
+        runs.push({ plain: await timeRun(batch, false), medusa: await timeRun(batch, true) })
+      const ratios = runs.map((x) => x.medusa.tokens / x.medusa.seconds / (x.plain.tokens / x.plain.seconds))
       for (const medusa of [false, true]) {
-        clock.plain = []
-        clock.verify = []
-        clock.verifyRows = clock.verifyTokens = 0
-        const before = engine.speculationStats()
-        let tokens = 0
-        const started = performance.now()
-        // The prompts in groups of `batch`, each group submitted together.
-        for (let i = 0; i + batch <= o.prompts.length; i += batch) {
-          const counts = await Promise.all(o.prompts.slice(i, i + batch).map((p) => generate(p, medusa)))
-          tokens += counts.reduce((a, b) => a + b, 0)
-        }
-        const seconds = (performance.now() - started) / 1000
-        const after = engine.speculationStats()
-        const verifies = after.verifySteps - before.verifySteps
+        const mine = runs.map((x) => (medusa ? x.medusa : x.plain))
+        const byRate = [...mine].sort((a, b) => a.tokens / a.seconds - b.tokens / b.seconds)
+        const mid = byRate[byRate.length >> 1]!
+        const verifies = mine.reduce((n, x) => n + x.verifies, 0)
+        const verifyRows = mine.reduce((n, x) => n + x.verifyRows, 0)
         rows.push({
           batch,
           medusa,
           requests: Math.floor(o.prompts.length / batch) * batch,
-          tokens,
-          seconds,
-          tokensPerSec: tokens / seconds,
-          tokensPerVerify: medusa && verifies > 0 ? (after.emittedTokens - before.emittedTokens) / verifies : null,
-          acceptedPerVerify: medusa && verifies > 0 ? (after.acceptedTokens - before.acceptedTokens) / verifies : null,
-          plainStepMs: median(clock.plain),
-          verifyStepMs: median(clock.verify),
-          treeTokens: clock.verifyRows > 0 ? clock.verifyTokens / clock.verifyRows : null,
+          tokens: mid.tokens,
+          seconds: mid.seconds,
+          tokensPerSec: mid.tokens / mid.seconds,
+          speedUp: medusa ? median(ratios) : null,
+          tokensPerVerify: medusa && verifies > 0 ? mine.reduce((n, x) => n + x.emitted, 0) / verifies : null,
+          acceptedPerVerify: medusa && verifies > 0 ? mine.reduce((n, x) => n + x.accepted, 0) / verifies : null,
+          plainStepMs: median(mine.flatMap((x) => x.plainMs)),
+          verifyStepMs: median(mine.flatMap((x) => x.verifyMs)),
+          treeTokens: verifyRows > 0 ? mine.reduce((n, x) => n + x.verifyTokens, 0) / verifyRows : null,
         })
       }
+    }
   } finally {
     await engine.close()
   }
@@ -200,10 +245,9 @@ export function formatMedusaTable(rows: readonly MedusaRow[]): string {
     '|---:|---|---:|---:|---:|---:|---:|---:|---:|',
   ]
   for (const r of rows) {
-    const plain = rows.find((p) => p.batch === r.batch && !p.medusa)
     lines.push(
       `| ${r.batch} | ${r.medusa ? 'yes' : 'no'} | ${r.tokens} | ${f(r.tokensPerSec, 1)} | ` +
-        `${plain ? f(r.tokensPerSec / plain.tokensPerSec, 2) : ''} | ${f(r.tokensPerVerify, 2)} | ` +
+        `${r.medusa ? f(r.speedUp, 2) : '1.00'} | ${f(r.tokensPerVerify, 2)} | ` +
         `${f(r.acceptedPerVerify, 2)} | ${f(r.plainStepMs, 2)} | ` +
         `${r.verifyStepMs === null ? '' : `${f(r.verifyStepMs, 2)} (${f(r.treeTokens, 1)})`} |`,
     )

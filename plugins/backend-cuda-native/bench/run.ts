@@ -19,7 +19,8 @@
  * models/demo/medusa), LOOM_BENCH_MEDUSA_TOKENS (new tokens per request, 96),
  * LOOM_BENCH_MEDUSA_PROMPTS (requests per configuration, 32), LOOM_BENCH_MEDUSA_CHOICES (a JSON
  * `medusa_choices` tree; default: the engine's), LOOM_BENCH_MEDUSA_ADAPTIVE (`0`: verify the whole
- * tree every step instead of the engine's adaptive tree size).
+ * tree every step instead of the engine's adaptive tree size), LOOM_BENCH_MEDUSA_ROUNDS (plain/Medusa
+ * pairs per batch size, 3; the speed-up is the median of the pairs' ratios).
  */
 import os from 'node:os'
 import type { ModelDtype } from '@loom/testkit'
@@ -121,6 +122,7 @@ async function main(): Promise<void> {
         ? { choices: JSON.parse(process.env.LOOM_BENCH_MEDUSA_CHOICES) as number[][] }
         : {}),
       ...(process.env.LOOM_BENCH_MEDUSA_ADAPTIVE === '0' ? { adaptive: false } : {}),
+      rounds: envInt('LOOM_BENCH_MEDUSA_ROUNDS', 3),
     })
     medusa = { description: assets.description, demo: assets.demo, rows: medusaRows }
   }
@@ -142,7 +144,7 @@ async function main(): Promise<void> {
   out('')
   if (medusa) {
     const b1 = medusa.rows.filter((r) => r.batch === 1)
-    const speedup = (b1.find((r) => r.medusa)?.tokensPerSec ?? NaN) / (b1.find((r) => !r.medusa)?.tokensPerSec ?? NaN)
+    const speedup = b1.find((r) => r.medusa)?.speedUp ?? NaN
     out('')
     out(`### Medusa (greedy, through the BatchingEngine): ${medusa.description}`)
     out('')
