@@ -135,6 +135,11 @@ export interface StepOutput {
    * it itself when absent.
    */
   readonly logNormalizers?: Float64Array
+  /**
+   * Optional `[Σ rows' logitIndices.length]`: each logits row's first maximum (NaN never chosen;
+   * -1 when no value is above -Infinity), which greedy decoding takes as is.
+   */
+  readonly argmax?: Int32Array
 }
 
 /**

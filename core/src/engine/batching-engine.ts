@@ -623,11 +623,14 @@ export class BatchingEngine implements Backend {
   /** Choose the token at one position (see `Sampled`); records it in the sampler state and constraint. */
   private sampleOne(loaded: Loaded, seq: Sequence, output: StepOutput, offset: number): Sampled {
     const request = seq.request
-    const logNorm = output.logNormalizers?.[offset / loaded.spec.vocabSize]
+    const rowIndex = offset / loaded.spec.vocabSize
+    const logNorm = output.logNormalizers?.[rowIndex]
+    const best = output.argmax?.[rowIndex]
     const outcome = loaded.sampler.sample({
       logits: output.logits,
       offset,
       ...(logNorm !== undefined ? { logNorm } : {}),
+      ...(best !== undefined ? { argmax: best } : {}),
       state: seq.sampling,
       constraint: request.constraint,
       eosTokenIds: request.eosTokenIds,

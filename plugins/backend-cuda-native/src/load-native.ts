@@ -84,6 +84,8 @@ export interface NativePackedStep {
   readonly medusaLogits: Float32Array
   /** Optional: each logits row's log Σ exp, written by the step. */
   readonly logNorms?: Float64Array
+  /** Optional: each logits row's first maximum (-1 when none is above -inf), written by the step. */
+  readonly argmax?: Int32Array
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

@@ -188,7 +188,12 @@ export class NativeStepRunner implements StepRunner {
     } catch (err) {
       throw fromNative(err, {})
     }
-    return { logits: packed.logits, medusaLogits: packed.medusaLogits, logNormalizers: packed.logNorms }
+    return {
+      logits: packed.logits,
+      medusaLogits: packed.medusaLogits,
+      logNormalizers: packed.logNorms,
+      argmax: packed.argmax,
+    }
   }
 
   /**

@@ -137,5 +137,6 @@ export function packStep(
     logits: buffers.view('logits', 'f32', logitRows * vocabSize),
     medusaLogits: buffers.view('medusaLogits', 'f32', medusaRows * vocabSize),
     logNorms: buffers.view('logNorms', 'f64', logitRows),
+    argmax: buffers.view('argmax', 'i32', logitRows),
   }
 }

@@ -15,6 +15,8 @@ export interface SampleInput {
   readonly offset: number
   /** The row's `log Σ exp(logits)` when the runner already computed it (see `StepOutput`). */
   readonly logNorm?: number
+  /** The row's first maximum (-1: none above -Infinity) when the runner already found it. */
+  readonly argmax?: number
   readonly state: SamplingState
   readonly constraint: TokenConstraint | null
   readonly eosTokenIds: readonly number[]
@@ -56,7 +58,7 @@ export class TokenSampler {
     if (constraint === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)) {
       // Plain greedy: the raw logits decide, so skip the working copy; the chosen logit is the
       // row's maximum, which the log-softmax needs anyway.
-      const id = argmax(logits, offset, V)
+      const id = input.argmax ?? argmax(logits, offset, V)
       if (id < 0) return { kind: 'no_token_allowed' }
       state.record(id)
       return {

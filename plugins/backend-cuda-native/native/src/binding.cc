@@ -396,7 +396,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   //   blockTables (concatenated), masks Uint8Array (concatenated [n, n]), indices (logit and
   //   Medusa indices, concatenated); copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count
   //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V];
-  //   logNorms Float64Array [L] (optional): each logits row's log Σ exp.
+  //   logNorms Float64Array [L] (optional): each logits row's log Σ exp; argmax Int32Array [L]
+  //   (optional): each logits row's first maximum, -1 if none is above -inf.
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -433,6 +434,11 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(typed(p, "logits", napi_float32_array, "step.logits", -1, "[L, V]", &logits, &in->logits_len));
     LOOM_RETURN_IF_ERROR(
         typed(p, "medusaLogits", napi_float32_array, "step.medusaLogits", -1, "[M, heads, V]", &medusa, &in->medusa_len));
+    if (!p.Get("argmax").IsUndefined()) {
+      int32_t* am = nullptr;
+      LOOM_RETURN_IF_ERROR(typed(p, "argmax", napi_int32_array, "step.argmax", -1, "[L]", &am, &in->argmax_len));
+      in->argmax = am;
+    }
     if (!p.Get("logNorms").IsUndefined()) {
       double* norms = nullptr;
       LOOM_RETURN_IF_ERROR(typed(p, "logNorms", napi_float64_array, "step.logNorms", -1, "[L]", &norms, &in->log_norms_len));

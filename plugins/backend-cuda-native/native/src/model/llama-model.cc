@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace loom {
 
@@ -279,6 +280,9 @@ Status LlamaModel::validate(const StepInput& in) const {
   if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
   if (logits * cfg_.vocab != in.logits_len || medusa * cfg_.vocab != in.medusa_len)
     return invalid("output buffers do not match the requested logits");
+  if (in.argmax && in.argmax_len != logits)
+    return invalid("argmax has " + std::to_string(in.argmax_len) + " entries for " + std::to_string(logits) +
+                   " logits rows");
   if (in.log_norms && in.log_norms_len != logits)
     return invalid("logNorms has " + std::to_string(in.log_norms_len) + " entries for " + std::to_string(logits) +
                    " logits rows");
@@ -488,6 +492,24 @@ Status LlamaModel::forward(const StepInput& in) {
     dev_->matmul(head_x_.data(), nlog, H, &head, 1, false);
     // Each row's log-softmax normaliser, where it is cheap (vector exp) rather than in the engine.
     if (in.log_norms) dev_->log_sum_exp(in.logits, nlog, V, V, in.log_norms);
+    if (in.argmax) {
+      // The engine's greedy choice: the first maximum, NaN never chosen, -1 when nothing beats
+      // -inf. The device's argmax agrees whenever the row's maximum is finite; otherwise rescan.
+      dev_->argmax(in.logits, nlog, V, V, in.argmax);
+      for (int64_t r = 0; r < nlog; r++) {
+        const float* row = in.logits + r * V;
+        const float best = row[in.argmax[r]];
+        if (std::isfinite(best) || best == std::numeric_limits<float>::infinity()) continue;
+        int32_t id = -1;
+        float max = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < V; i++)
+          if (row[i] > max) {
+            max = row[i];
+            id = int32_t(i);
+          }
+        in.argmax[r] = id;
+      }
+    }
   }
 
   // Medusa heads on the final-normed hidden states: x_h = x + SiLU(W_h x + b_h) per block, then

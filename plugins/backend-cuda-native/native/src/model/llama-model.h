@@ -73,6 +73,8 @@ struct StepInput {
   int64_t medusa_len = 0;
   double* log_norms = nullptr;  // [Σ logit_count] or null: each logits row's log Σ exp (log_sum_exp)
   int64_t log_norms_len = 0;
+  int32_t* argmax = nullptr;  // [Σ logit_count] or null: each logits row's first maximum (-1: none > -inf)
+  int64_t argmax_len = 0;
 };
 
 // One LoRA module of one layer: A [r, in] and B transposed [r, out], f32.

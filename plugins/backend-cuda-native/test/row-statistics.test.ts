@@ -1,5 +1,6 @@
-// The runner's logNormalizers: each logits row's log Σ exp, computed natively (vector exp, double
-// sum) so the engine need not scan the vocabulary again for every token's logprob.
+// What the runner returns beside each logits row, computed natively so the engine need not scan
+// the vocabulary again for every token: the log-softmax normaliser (vector exp, double sum) and
+// the first maximum (greedy decoding's choice).
 import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
@@ -17,7 +18,7 @@ function logSumExp(row: Float32Array): number {
   return max + Math.log(sum)
 }
 
-t.test('logNormalizers equal log Σ exp of every returned logits row', async (t) => {
+t.test('logNormalizers and argmax of every returned logits row', async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'loom-native-lognorm-'))
   t.teardown(() => rm(dir, { recursive: true, force: true }))
   // A vocabulary that is not a multiple of the vector width.
@@ -34,5 +35,7 @@ t.test('logNormalizers equal log Σ exp of every returned logits row', async (t)
     const expected = logSumExp(out.logits.subarray(i * V, (i + 1) * V))
     const got = out.logNormalizers![i]!
     t.ok(Math.abs(got - expected) <= 1e-6 * Math.max(1, Math.abs(expected)), `row ${i}: ${got} vs ${expected}`)
+    const row = out.logits.subarray(i * V, (i + 1) * V)
+    t.equal(out.argmax?.[i], row.indexOf(Math.max(...row)), `row ${i}: argmax is the first maximum`)
   }
 })
