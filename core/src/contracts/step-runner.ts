@@ -38,6 +38,8 @@ export interface ModelSpec {
   readonly adapterSlots: number
   /** Largest LoRA rank a slot accepts. */
   readonly maxLoraRank: number
+  /** The runner honours `StepRow.medusaLeaf` (and returns `StepOutput.medusaLeaves`). */
+  readonly medusaLeaf?: boolean
 }
 
 /** Low-rank update of one projection: `y += scale · B (A x)`. */
@@ -102,6 +104,16 @@ export interface StepRow {
   readonly medusaSlot: number
   /** Indices into `tokens` whose Medusa head logits are returned (empty unless `medusaSlot >= 0`). */
   readonly medusaIndices: Int32Array
+  /**
+   * Greedy leaf (only where `ModelSpec.medusaLeaf`): instead of `medusaIndices` (which must be
+   * empty), run the heads at one node, where a greedy walk of the row's tree stops: from token 0,
+   * move to the child (nearest-ancestor relation of `treeMask`; a causal row is a chain) whose
+   * token is the node's logits argmax, until none is. `logitIndices` must be every token. The
+   * row's head block is `[1, numHeads, vocabSize]` and `StepOutput.medusaLeaves` names the node.
+   * For a verification row of plain greedy decoding, that node is where the engine's own walk
+   * stops, so the heads run once instead of at every node where the walk might stop.
+   */
+  readonly medusaLeaf?: boolean
 }
 
 /**
@@ -140,6 +152,8 @@ export interface StepOutput {
    * -1 when no value is above -Infinity), which greedy decoding takes as is.
    */
   readonly argmax?: Int32Array
+  /** With `StepRow.medusaLeaf` rows: per row (batch order), the node its heads ran at; -1 for other rows. */
+  readonly medusaLeaves?: Int32Array
 }
 
 /**

@@ -15,6 +15,7 @@ import {
   type KvCopy,
   type ModelSpec,
   type StepOutput,
+  type StepRow,
   type StepRunner,
 } from '../contracts/step-runner.ts'
 import { LoomError } from '../errors/index.ts'
@@ -220,6 +221,7 @@ export class BatchingEngine implements Backend {
       contextLimit,
       medusaSlotOf: (seq: Sequence) => (seq.request.speculator === null ? -1 : adapters.slotOf(seq.request.speculator)),
       policy: this.treePolicy,
+      greedyLeaf: spec.medusaLeaf === true,
     }
     this.loaded = {
       spec,
@@ -444,7 +446,7 @@ export class BatchingEngine implements Backend {
       const decodes = treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
       if (!decodes) return
       const heads = row.medusaSlot >= 0 ? seq.request.speculator!.size : 0
-      work += row.tokens.length + heads * row.medusaIndices.length
+      work += row.tokens.length + heads * headNodes(row)
     }
     policy.recordStep(work, ms)
   }
@@ -455,7 +457,7 @@ export class BatchingEngine implements Backend {
     let expectedHeads = 0
     for (const { seq, row } of rows) {
       expected += row.logitIndices.length
-      if (row.medusaSlot >= 0) expectedHeads += row.medusaIndices.length * seq.request.speculator!.size
+      if (row.medusaSlot >= 0) expectedHeads += headNodes(row) * seq.request.speculator!.size
     }
     if (output.logits.length !== expected * V) {
       this.failRows(rows, new Error(`runner returned ${output.logits.length} logits; expected ${expected} × ${V}`))
@@ -470,19 +472,19 @@ export class BatchingEngine implements Backend {
     }
     let offset = 0
     let headOffset = 0
-    for (const planned of rows) {
+    for (const [rowIndex, planned] of rows.entries()) {
       const { seq, row, chunk } = planned
       const base = offset
       const headBase = headOffset
       offset += row.logitIndices.length * V
-      if (row.medusaSlot >= 0) headOffset += row.medusaIndices.length * seq.request.speculator!.size * V
+      if (row.medusaSlot >= 0) headOffset += headNodes(row) * seq.request.speculator!.size * V
       // Cancelled (or failed) while the step ran: its blocks are already free.
       if (seq.state !== 'running') continue
       seq.cacheLen += chunk
       try {
         if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, row.cacheLen, chunk, output, base, V)
         if (planned.treeNodes > 0) {
-          this.verify(loaded, planned, output, base, headBase)
+          this.verify(loaded, planned, output, base, headBase, rowIndex)
         } else if (planned.samples) {
           this.sampleNext(loaded, seq, output, base + (row.logitIndices.length - 1) * V)
           if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
@@ -508,7 +510,7 @@ export class BatchingEngine implements Backend {
     at: number,
     shift = 0,
   ): void {
-    if (seq.state !== 'running' || planned.row.medusaSlot < 0 || planned.row.medusaIndices.length === 0) {
+    if (seq.state !== 'running' || planned.row.medusaSlot < 0 || headNodes(planned.row) === 0) {
       seq.draft = null
       return
     }
@@ -523,7 +525,14 @@ export class BatchingEngine implements Backend {
    * to every token, so a run can end inside the accepted branch. The accepted nodes' cache
    * entries are queued for compaction; the heads at the last node give the next draft.
    */
-  private verify(loaded: Loaded, planned: PlannedRow, output: StepOutput, base: number, headBase: number): void {
+  private verify(
+    loaded: Loaded,
+    planned: PlannedRow,
+    output: StepOutput,
+    base: number,
+    headBase: number,
+    rowIndex: number,
+  ): void {
     const { seq, row, treeNodes } = planned
     const V = loaded.spec.vocabSize
     const subTree = planned.subTree!
@@ -574,6 +583,14 @@ export class BatchingEngine implements Backend {
     })
     seq.cacheLen += accepted.length
     seq.pendingCopy = from.length > 0 ? { from, to } : null
+    if (row.medusaLeaf) {
+      // The runner ran the heads where its greedy walk stopped: the same node as this walk for a
+      // plain greedy row. Should they differ, the next step decodes without a draft.
+      if (output.medusaLeaves?.[rowIndex] === node)
+        this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
+      else seq.draft = null
+      return
+    }
     // Heads ran only on the tree's rank-0 chain, every `spacing`-th node of it: draft from the
     // deepest of them on the accepted path.
     const spacing = headSpacing(seq.request.speculator!.size, tree.depth[treeNodes - 1]!)
@@ -726,4 +743,9 @@ function generationError(err: unknown): LoomError {
   if (err instanceof LoomError && err.code === 'generation_error') return err
   const detail = err instanceof Error ? err.message : String(err)
   return new LoomError('generation_error', { detail }, { cause: err })
+}
+
+/** Positions whose Medusa head logits a row gets back: one for a greedy-leaf row. */
+function headNodes(row: StepRow): number {
+  return row.medusaLeaf ? 1 : row.medusaIndices.length
 }

@@ -81,7 +81,7 @@ export function buildRow(seq: Sequence, chunk: number, medusa = false): PlannedR
  * node where the walk stops, shifted.
  * The sequence's blocks must cover `cacheLen + nodes` entries.
  */
-export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): PlannedRow {
+export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number, greedyLeaf = false): PlannedRow {
   const start = seq.cacheLen
   const draft = seq.draft!
   const { tree, fullNode } = subTree
@@ -106,7 +106,12 @@ export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number): Pl
     loraSlot: seq.loraSlot,
     logitIndices: all,
     medusaSlot: seq.medusaSlot,
-    medusaIndices: spacedHeadNodes(tree, nodes, headSpacing(seq.request.speculator!.size, tree.depth[nodes - 1]!)),
+    // Greedy leaf: the runner runs the heads at the node where its greedy walk stops, the node
+    // this walk will stop at too; else at spaced chain nodes, for a walk that stops anywhere.
+    medusaIndices: greedyLeaf
+      ? NO_INDICES
+      : spacedHeadNodes(tree, nodes, headSpacing(seq.request.speculator!.size, tree.depth[nodes - 1]!)),
+    ...(greedyLeaf ? { medusaLeaf: true } : {}),
   }
   return {
     seq,

@@ -3,6 +3,7 @@ import type { KvBlockAllocator } from './kv-block-allocator.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
 import type { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
+import { penaltiesActive } from './sampler/penalties.ts'
 import type { Sequence } from './sequence.ts'
 
 export interface SchedulerLimits {
@@ -32,6 +33,11 @@ export interface SchedulerSpeculation {
   readonly medusaSlotOf: (seq: Sequence) => number
   /** Picks the tree size each step from measured costs; null: the largest tree that fits. */
   readonly policy: AdaptiveTreePolicy | null
+  /**
+   * The runner can run the heads at the greedy walk's last node only (`StepRow.medusaLeaf`):
+   * verification rows of plain greedy requests ask for that instead of heads along the chain.
+   */
+  readonly greedyLeaf?: boolean
 }
 
 /** What the next step should run, and the sequences that can never run. */
@@ -163,7 +169,11 @@ export class Scheduler {
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
       const nodes = trees?.nodes.get(seq) ?? 0
-      rows.push(nodes > 1 ? buildTreeRow(seq, trees!.subTree, nodes) : buildRow(seq, 1, heads))
+      rows.push(
+        nodes > 1
+          ? buildTreeRow(seq, trees!.subTree, nodes, speculation!.greedyLeaf === true && plainGreedy(seq))
+          : buildRow(seq, 1, heads),
+      )
     }
 
     // 2. Chunks of prompts already being prefilled.
@@ -225,7 +235,8 @@ export class Scheduler {
     if (speculation.policy !== null && waiting.length > 0) {
       let deepest = 0
       for (const seq of waiting) deepest = Math.max(deepest, seq.draft!.depth)
-      const k = speculation.policy.choose(waiting.length, deepest, waiting[0]!.request.speculator!.size)
+      const leaf = speculation.greedyLeaf === true && waiting.every(plainGreedy)
+      const k = speculation.policy.choose(waiting.length, deepest, waiting[0]!.request.speculator!.size, leaf)
       if (k === 0) return { subTree, nodes: out }
       subTree = family.get(k)
     }
@@ -303,4 +314,13 @@ export class Scheduler {
     if (seq.blocks.length > 0) this.allocator.release(seq.blocks)
     seq.blocks = []
   }
+}
+
+/**
+ * Decoding whose next token is the raw logits' argmax: temperature 0 (or top-k 1), no penalties,
+ * no output constraint. Its verification walk is the runner's greedy walk (`StepRow.medusaLeaf`).
+ */
+export function plainGreedy(seq: Sequence): boolean {
+  const { sampling, constraint } = seq.request
+  return constraint === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)
 }

@@ -95,7 +95,9 @@ class StepClock {
           this.plain.push(ms)
         else if (
           rows.length > 0 &&
-          rows.every((r) => r.tokens.length > 1 && r.medusaIndices.length > 0 && r.cacheLen > 0)
+          rows.every(
+            (r) => r.tokens.length > 1 && (r.medusaIndices.length > 0 || r.medusaLeaf === true) && r.cacheLen > 0,
+          )
         ) {
           this.verify.push(ms)
           this.verifyRows += rows.length

@@ -86,6 +86,8 @@ export interface NativePackedStep {
   readonly logNorms?: Float64Array
   /** Optional: each logits row's first maximum (-1 when none is above -inf), written by the step. */
   readonly argmax?: Int32Array
+  /** Optional: per row, the node a greedy-leaf row ran its Medusa heads at (-1 for other rows). */
+  readonly medusaLeaves?: Int32Array
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

@@ -106,6 +106,7 @@ export class NativeStepRunner implements StepRunner {
         kvBlockCount: kvBlocks,
         adapterSlots: o.adapter_slots,
         maxLoraRank: o.max_lora_rank,
+        medusaLeaf: true,
       }
       return this.spec
     } catch (err) {
@@ -193,6 +194,7 @@ export class NativeStepRunner implements StepRunner {
       medusaLogits: packed.medusaLogits,
       logNormalizers: packed.logNorms,
       argmax: packed.argmax,
+      medusaLeaves: packed.medusaLeaves,
     }
   }
 

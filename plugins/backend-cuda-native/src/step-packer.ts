@@ -7,7 +7,7 @@ import type { StepBatch } from '@loom/core'
 import type { NativePackedStep } from './load-native.ts'
 
 /** Integers per row in `rows`. */
-export const ROW_FIELDS = 12
+export const ROW_FIELDS = 13
 
 type Arrays = {
   i32: Int32Array
@@ -67,7 +67,8 @@ export function packStep(
     if (row.treeMask) maskBytes += row.treeMask.length
     indexCount += row.logitIndices.length + row.medusaIndices.length
     logitRows += row.logitIndices.length
-    if (row.medusaIndices.length > 0) medusaRows += row.medusaIndices.length * medusaHeads(row.medusaSlot)
+    if (row.medusaLeaf) medusaRows += medusaHeads(row.medusaSlot)
+    else if (row.medusaIndices.length > 0) medusaRows += row.medusaIndices.length * medusaHeads(row.medusaSlot)
   }
   const tokens = buffers.view('tokens', 'i32', tokenCount)
   const positions = buffers.view('positions', 'i32', tokenCount)
@@ -105,6 +106,7 @@ export function packStep(
     rows[f + 9] = row.logitIndices.length
     rows[f + 10] = ix + row.logitIndices.length
     rows[f + 11] = row.medusaIndices.length
+    rows[f + 12] = row.medusaLeaf ? 1 : 0
     t += n
     b += row.blockTable.length
     ix += row.logitIndices.length + row.medusaIndices.length
@@ -138,5 +140,6 @@ export function packStep(
     medusaLogits: buffers.view('medusaLogits', 'f32', medusaRows * vocabSize),
     logNorms: buffers.view('logNorms', 'f64', logitRows),
     argmax: buffers.view('argmax', 'i32', logitRows),
+    medusaLeaves: buffers.view('medusaLeaves', 'i32', batch.rows.length),
   }
 }

@@ -78,9 +78,10 @@ export class AdaptiveTreePolicy {
 
   /**
    * How many choices the step's trees take (0: decode plainly) for `rows` rows whose drafts reach
-   * `depth`, with speculators of `heads` heads.
+   * `depth`, with speculators of `heads` heads; `greedyLeaf`: the rows run their heads at one node
+   * (`StepRow.medusaLeaf`) rather than along the chain.
    */
-  choose(rows: number, depth: number, heads: number): number {
+  choose(rows: number, depth: number, heads: number, greedyLeaf = false): number {
     const { order } = this.family
     const full = this.family.full.tree
     const fit = this.fit()
@@ -104,8 +105,9 @@ export class AdaptiveTreePolicy {
       tokens++
       deepest = Math.max(deepest, d)
       if (full.headAncestor[n] === n) deepestChain = Math.max(deepestChain, d)
-      // Heads run at every `spacing`-th chain node (see `headSpacing`).
-      const work = tokens + heads * (Math.floor(deepestChain / headSpacing(heads, deepest)) + 1)
+      // Heads run at every `spacing`-th chain node (see `headSpacing`), or at one (greedy leaf).
+      const headNodes = greedyLeaf ? 1 : Math.floor(deepestChain / headSpacing(heads, deepest)) + 1
+      const work = tokens + heads * headNodes
       const rate = (rows * expected) / (a + b * rows * work)
       if (rate > bestRate) {
         bestRate = rate

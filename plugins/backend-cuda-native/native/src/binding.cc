@@ -391,13 +391,15 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   }
 
   // step(p) -> Promise<void>; fills p.logits and p.medusaLogits. Layout (all Int32Array unless said):
-  //   tokens, positions [T]; rows [R, 12]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
-  //   btLen, maskOffset (-1: causal), logitOffset, logitCount, medusaOffset, medusaCount;
+  //   tokens, positions [T]; rows [R, 13]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
+  //   btLen, maskOffset (-1: causal), logitOffset, logitCount, medusaOffset, medusaCount, flags
+  //   (bit 0: greedy-leaf Medusa heads);
   //   blockTables (concatenated), masks Uint8Array (concatenated [n, n]), indices (logit and
   //   Medusa indices, concatenated); copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count
   //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V];
   //   logNorms Float64Array [L] (optional): each logits row's log Σ exp; argmax Int32Array [L]
-  //   (optional): each logits row's first maximum, -1 if none is above -inf.
+  //   (optional): each logits row's first maximum, -1 if none is above -inf; medusaLeaves Int32Array
+  //   [R] (optional; needed by greedy-leaf rows): the node each row ran its heads at, or -1.
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -423,8 +425,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(typed(p, "tokens", napi_int32_array, "step.tokens", -1, "[T]", &tokens, &T));
     LOOM_RETURN_IF_ERROR(typed(p, "positions", napi_int32_array, "step.positions", T, "[T=" + std::to_string(T) + "]",
                                &positions, &np));
-    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 12]", &rows, &nr));
-    if (nr % 12 != 0) return bad_arg("step.rows: expected Int32Array [R, 12], got [" + std::to_string(nr) + "]");
+    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 13]", &rows, &nr));
+    if (nr % 13 != 0) return bad_arg("step.rows: expected Int32Array [R, 13], got [" + std::to_string(nr) + "]");
     LOOM_RETURN_IF_ERROR(typed(p, "blockTables", napi_int32_array, "step.blockTables", -1, "[Σ blocks]", &bt, &nbt));
     LOOM_RETURN_IF_ERROR(typed(p, "masks", napi_uint8_array, "step.masks", -1, "[Σ n*n]", &masks, &nmask));
     LOOM_RETURN_IF_ERROR(typed(p, "indices", napi_int32_array, "step.indices", -1, "[Σ indices]", &idx, &nidx));
@@ -439,6 +441,12 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       LOOM_RETURN_IF_ERROR(typed(p, "argmax", napi_int32_array, "step.argmax", -1, "[L]", &am, &in->argmax_len));
       in->argmax = am;
     }
+    if (!p.Get("medusaLeaves").IsUndefined()) {
+      int32_t* leaves = nullptr;
+      LOOM_RETURN_IF_ERROR(
+          typed(p, "medusaLeaves", napi_int32_array, "step.medusaLeaves", -1, "[R]", &leaves, &in->medusa_leaves_len));
+      in->medusa_leaves = leaves;
+    }
     if (!p.Get("logNorms").IsUndefined()) {
       double* norms = nullptr;
       LOOM_RETURN_IF_ERROR(typed(p, "logNorms", napi_float64_array, "step.logNorms", -1, "[L]", &norms, &in->log_norms_len));
@@ -451,8 +459,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     in->medusa_logits = medusa;
     // Every (offset, length) pair must lie inside its array: the model trusts these pointers.
     auto inside = [](int64_t off, int64_t len, int64_t size) { return off >= 0 && len >= 0 && off + len <= size; };
-    for (int64_t r = 0; r < nr / 12; r++) {
-      const int32_t* f = rows + r * 12;
+    for (int64_t r = 0; r < nr / 13; r++) {
+      const int32_t* f = rows + r * 13;
       auto where = [r] { return "step.rows[" + std::to_string(r) + "]"; };  // error paths only
       loom::StepRowDesc d{};
       d.tok_start = f[0];
@@ -473,6 +481,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       d.logit_count = f[9];
       d.medusa_idx = idx + f[10];
       d.medusa_count = f[11];
+      d.medusa_leaf = (f[12] & 1) != 0;
       in->rows.push_back(d);
     }
     for (int64_t c = 0; c < nc / 5; c++) {

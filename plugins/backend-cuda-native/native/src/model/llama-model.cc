@@ -269,7 +269,15 @@ Status LlamaModel::validate(const StepInput& in) const {
       prev = row.logit_idx[i];
     }
     logits += row.logit_count;
-    if (row.medusa_count > 0) {
+    if (row.medusa_leaf) {
+      const int heads = medusa_heads(row.medusa_slot);
+      if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
+      if (row.medusa_count != 0 || row.logit_count != row.n)
+        return invalid(where + "a greedy-leaf row asks for no medusaIndices and for the logits of every token");
+      if (!in.medusa_leaves || in.medusa_leaves_len != int64_t(in.rows.size()))
+        return invalid("greedy-leaf rows need medusaLeaves with one entry per row");
+      medusa += heads;
+    } else if (row.medusa_count > 0) {
       const int heads = medusa_heads(row.medusa_slot);
       if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
       for (int i = 0; i < row.medusa_count; i++)
@@ -367,6 +375,32 @@ Status LlamaModel::step(const StepInput& in) {
 
 StepProfile LlamaModel::take_profile() {
   return {prof_steps_.exchange(0), prof_step_ns_.exchange(0), prof_lora_ns_.exchange(0)};
+}
+
+// Where a greedy walk of a verification row's tree stops: from token 0, move to the child whose
+// token is the current node's logits argmax (first maximum), until no child carries it. A node's
+// parent is its nearest ancestor in the tree mask (the previous token when the row is causal, a
+// chain). The engine's sample-and-match walk takes the same path for plain greedy rows, so the
+// heads only need to run at this one node. logits: the row's [n, V].
+int32_t LlamaModel::greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits) {
+  const int32_t n = row.n;
+  const int64_t V = cfg_.vocab;
+  leaf_argmax_.resize(size_t(n));
+  dev_->argmax(logits, n, V, V, leaf_argmax_.data());
+  auto parent = [&](int32_t c) {
+    if (!row.tree_mask) return c - 1;
+    for (int32_t j = c - 1; j >= 0; j--)
+      if (row.tree_mask[int64_t(c) * n + j]) return j;
+    return -1;
+  };
+  int32_t node = 0;
+  for (;;) {
+    int32_t next = -1;
+    for (int32_t c = node + 1; c < n && next < 0; c++)
+      if (tokens[row.tok_start + c] == leaf_argmax_[size_t(node)] && parent(c) == node) next = c;
+    if (next < 0) return node;
+    node = next;
+  }
 }
 
 Status LlamaModel::forward(const StepInput& in) {
@@ -519,13 +553,22 @@ Status LlamaModel::forward(const StepInput& in) {
   // LM head (version 2) one LM-head matmul over all M·NH rows, which reads that matrix once and
   // writes the [M, NH, V] layout directly. Later blocks and own LM heads (version 1) go head by head.
   float* out = in.medusa_logits;
-  for (const auto& row : in.rows) {
-    if (row.medusa_count == 0) continue;
+  int64_t logit_row = 0;  // the row's first logits row
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const auto& row = in.rows[r];
+    const int64_t first_logit = logit_row;
+    logit_row += row.logit_count;
+    int32_t leaf = -1;
+    if (row.medusa_leaf) leaf = greedy_leaf(row, in.tokens, in.logits + first_logit * V);
+    if (in.medusa_leaves) in.medusa_leaves[r] = leaf;
+    if (row.medusa_count == 0 && !row.medusa_leaf) continue;
     const Slot& s = *slots_[size_t(row.medusa_slot)];
-    const int64_t M = row.medusa_count, NH = int64_t(s.medusa.size());
+    const int64_t M = row.medusa_leaf ? 1 : row.medusa_count, NH = int64_t(s.medusa.size());
     float* hidden = head_x_.data();  // [M, H]
-    for (int64_t i = 0; i < M; i++)
-      std::memcpy(hidden + i * H, x + int64_t(row.tok_start + row.medusa_idx[i]) * H, size_t(H) * 4);
+    for (int64_t i = 0; i < M; i++) {
+      const int32_t at = row.medusa_leaf ? leaf : row.medusa_idx[i];
+      std::memcpy(hidden + i * H, x + int64_t(row.tok_start + at) * H, size_t(H) * 4);
+    }
     dev_->rmsnorm(hidden, M, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
     if (medusa_x_.size() < size_t(M * NH * H)) {
       medusa_x_.resize(size_t(M * NH * H));

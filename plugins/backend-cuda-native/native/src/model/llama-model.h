@@ -51,6 +51,9 @@ struct StepRowDesc {
   int32_t logit_count;
   const int32_t* medusa_idx;  // [medusa_count]
   int32_t medusa_count;
+  // Greedy leaf: the heads run at one node only, where a greedy walk of the tree stops (see
+  // LlamaModel::greedy_leaf); medusa_count is 0 and logits cover every token of the row.
+  bool medusa_leaf = false;
 };
 
 struct KvCopyDesc {
@@ -75,6 +78,8 @@ struct StepInput {
   int64_t log_norms_len = 0;
   int32_t* argmax = nullptr;  // [Σ logit_count] or null: each logits row's first maximum (-1: none > -inf)
   int64_t argmax_len = 0;
+  int32_t* medusa_leaves = nullptr;  // [rows]: the node greedy-leaf rows ran their heads at, -1 for others
+  int64_t medusa_leaves_len = 0;
 };
 
 // One LoRA module of one layer: A [r, in] and B transposed [r, out], f32.
@@ -123,6 +128,7 @@ class LlamaModel {
   struct Slot;
   Status validate(const StepInput& in) const;
   Status forward(const StepInput& in);
+  int32_t greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits);
   // Runs of consecutive rows sharing one LoRA slot, computed once per step.
   struct LoraRun {
     int32_t tok_start, tok_count, slot;
@@ -147,6 +153,7 @@ class LlamaModel {
   std::vector<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_;
   std::vector<float> medusa_x_, medusa_t_;  // [M, heads, H] (grown at the first Medusa step)
   std::vector<MatmulJob> medusa_jobs_;
+  std::vector<int32_t> leaf_argmax_;  // greedy_leaf's per-node argmax
   std::vector<int32_t> kv_slots_, copy_from_, copy_to_;
   std::vector<AttnRow> attn_rows_;
   std::vector<LoraRun> lora_runs_;
