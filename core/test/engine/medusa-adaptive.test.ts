@@ -89,14 +89,20 @@ t.test(
     const perToken = new AdaptiveTreePolicy(family)
     train(perToken, 0.001, 1, () => false)
     t.equal(perToken.choose(1, 4, heads), 0, 'nothing accepted and costs per token: plain decoding')
-    const asks = Array.from({ length: 32 }, () => perToken.wantsHeads())
-    t.same(
-      asks.flatMap((ask, i) => (ask ? [i] : [])),
-      [15, 31],
-      'then plain rows skip the heads, except every 16th step',
-    )
+    const askedAt = (n: number): number[] =>
+      Array.from({ length: n }, () => perToken.wantsHeads()).flatMap((ask, i) => (ask ? [i] : []))
+    t.same(askedAt(4), [1, 3], 'then plain rows skip the heads, asking every 2nd step at first')
     t.equal(perToken.choose(1, 4, heads), 1, 'back with a draft: one small tree to refresh the estimates')
     t.ok(perToken.wantsHeads(), 'a tree was chosen: heads again')
+    // The model keeps saying plain: each headless stretch doubles, up to 16 steps.
+    const stretches: number[] = []
+    for (let i = 0; i < 5; i++) {
+      t.equal(perToken.choose(1, 4, heads), 0, `plain again (${i + 1})`)
+      stretches.push(askedAt(40)[0]! + 1)
+      perToken.choose(1, 4, heads) // the forced small tree after a headless stretch
+    }
+    // (The forced small tree's decision was plain by the model too: the streak grows by two a round.)
+    t.same(stretches, [8, 16, 16, 16, 16], 'headless stretches double up to 16 steps')
 
     const perStep = new AdaptiveTreePolicy(family)
     train(perStep, 1, 0.001, () => true)

@@ -17,8 +17,8 @@ export interface SubTree {
 export class TreeFamily {
   readonly full: SubTree
   /** `order[k]`: the full tree's node added by the `k + 1`-th choice. */
-  readonly order: Int32Array
-  private readonly choices: readonly (readonly number[])[]
+  order: Int32Array
+  private choices: readonly (readonly number[])[]
   private readonly cache = new Map<number, SubTree>()
 
   constructor(tree: MedusaTree, choices: readonly (readonly number[])[]) {
@@ -34,6 +34,33 @@ export class TreeFamily {
     this.choices = closed ? choices : tree.paths.slice(1).map((key) => key.split(',').map(Number))
     this.order = Int32Array.from(this.choices, (path) => tree.nodeOf.get(path.join(','))!)
     this.cache.set(this.choices.length, this.full)
+  }
+
+  /**
+   * Re-rank the choices by `score` (per full-tree node, higher first; the adaptive policy passes
+   * each node's estimated chance of being reached), keeping every prefix a tree: a node is placed
+   * only after its parent. Trees handed out before stay valid. Returns whether the order changed.
+   */
+  reorder(score: Float64Array): boolean {
+    const tree = this.full.tree
+    const placed = new Uint8Array(tree.size)
+    placed[0] = 1
+    const order = new Int32Array(this.order.length)
+    for (let k = 0; k < order.length; k++) {
+      let best = -1
+      for (let n = 1; n < tree.size; n++) {
+        if (placed[n] || !placed[tree.parent[n]!]) continue
+        if (best < 0 || score[n]! > score[best]!) best = n
+      }
+      order[k] = best
+      placed[best] = 1
+    }
+    if (order.every((n, k) => n === this.order[k])) return false
+    this.order = order
+    this.choices = Array.from(order, (n) => tree.paths[n]!.split(',').map(Number))
+    this.cache.clear()
+    this.cache.set(this.choices.length, this.full)
+    return true
   }
 
   /** The tree of the first `k` choices (`0 ≤ k ≤` the number of choices). */

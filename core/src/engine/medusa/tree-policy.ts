@@ -21,8 +21,14 @@ const PROBE_EVERY = 16
  * - Cost: the measured wall time of decode-only steps (plan, runner step, sampling) against their
  *   work `W` = tokens fed + head rows × heads, fitted as `a + b·W` by exponentially forgetting
  *   least squares. A tree row costs its nodes plus `heads` per chain node where heads run
- *   (`headSpacing`); a plain row costs 1: after choosing plain decoding, rows skip the heads until
- *   the next probe (`wantsHeads`).
+ *   (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1: after choosing
+ *   plain decoding, rows skip the heads for a stretch that doubles with each consecutive plain
+ *   decision, up to `PROBE_EVERY` steps (`wantsHeads`).
+ * - Order: the family's nested trees start in the configured list's order; every `PROBE_EVERY`
+ *   decisions they are re-ranked by each node's estimated reach (`TreeFamily.reorder`), so the
+ *   small trees become the nodes these heads actually get accepted at (a deep chain for accurate
+ *   heads, a bushy root for uncertain ones). Untried nodes keep the prior `q = 1/2`, so probes keep
+ *   trying them.
  * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
  *   The full tree is used until `WARMUP_STEPS` steps were measured; every `PROBE_EVERY`-th choice
  *   takes a neighbouring size instead, so the fit keeps seeing different step sizes.
@@ -43,6 +49,8 @@ export class AdaptiveTreePolicy {
   /** The last choice, and the plans since it (while it is plain decoding). */
   private lastChoice = -1
   private idlePlans = 0
+  /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
+  private plainStreak = 0
 
   constructor(family: TreeFamily) {
     this.family = family
@@ -82,6 +90,7 @@ export class AdaptiveTreePolicy {
    * (`StepRow.medusaLeaf`) rather than along the chain.
    */
   choose(rows: number, depth: number, heads: number, greedyLeaf = false): number {
+    if (this.steps >= WARMUP_STEPS && this.decisions % PROBE_EVERY === 0) this.rerank()
     const { order } = this.family
     const full = this.family.full.tree
     const fit = this.fit()
@@ -114,6 +123,7 @@ export class AdaptiveTreePolicy {
         best = k
       }
     }
+    this.plainStreak = best === 0 ? this.plainStreak + 1 : 0
     // Back from headless plain decoding (see `wantsHeads`): try the best tree once more.
     if (this.lastChoice === 0 && best === 0) best = 1
     if (++this.decisions % PROBE_EVERY === 0) {
@@ -129,12 +139,23 @@ export class AdaptiveTreePolicy {
   /**
    * Whether this step's plain decode rows should ask for head logits (called once per planned
    * step). After a choice of plain decoding they do not, so plain decoding costs what it costs
-   * without Medusa; every `PROBE_EVERY`-th step they do, so a draft exists and the choice is
-   * made again with fresh estimates.
+   * without Medusa; then one step in 2, 4, 8 and at most `PROBE_EVERY` does, doubling with each
+   * consecutive plain decision, so a draft exists and the choice is made again with fresh
+   * estimates. A young cost model's mistaken "plain" thus costs a step or two, not sixteen.
    */
   wantsHeads(): boolean {
     if (this.lastChoice !== 0) return true
-    return ++this.idlePlans % PROBE_EVERY === 0
+    return ++this.idlePlans % Math.min(PROBE_EVERY, 2 ** this.plainStreak) === 0
+  }
+
+  /** Re-rank the family by each node's estimated reach (parents are numbered before children). */
+  private rerank(): void {
+    const full = this.family.full.tree
+    const reach = new Float64Array(full.size)
+    reach[0] = 1
+    for (let n = 1; n < full.size; n++)
+      reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
+    this.family.reorder(reach)
   }
 
   /** `a + b·W` from the weighted sums, or null while the work values have no spread. */
