@@ -240,14 +240,27 @@ void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const fl
     pool_.run(work);
 }
 
-// First maximum per row (ties pick the lower index, like the reference and numpy).
+// First maximum per row (ties pick the lower index, like the reference and numpy): the row's
+// maximum by vector max (NaN lanes lose: maxps returns its second operand when either is NaN),
+// then the first index holding it. A row starting with NaN gives 0, as the reference's scan does.
 void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
   for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
       const float* row = x + t * ld;
+      if (V <= 0 || std::isnan(row[0])) {
+        out[t] = 0;
+        continue;
+      }
+      __m256 mv = _mm256_set1_ps(row[0]);
+      int64_t i = 0;
+      for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);
+      float m = row[0];
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, mv);
+      for (float l : lanes) m = l > m ? l : m;
+      for (; i < V; i++) m = row[i] > m ? row[i] : m;
       int64_t best = 0;
-      for (int64_t i = 1; i < V; i++)
-        if (row[i] > row[best]) best = i;
+      while (row[best] != m) best++;
       out[t] = int32_t(best);
     }
   });

@@ -381,12 +381,17 @@ StepProfile LlamaModel::take_profile() {
 // token is the current node's logits argmax (first maximum), until no child carries it. A node's
 // parent is its nearest ancestor in the tree mask (the previous token when the row is causal, a
 // chain). The engine's sample-and-match walk takes the same path for plain greedy rows, so the
-// heads only need to run at this one node. logits: the row's [n, V].
-int32_t LlamaModel::greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits) {
+// heads only need to run at this one node. logits: the row's [n, V]; argmax: their first maxima
+// when the step already computed them (else null).
+int32_t LlamaModel::greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits,
+                                const int32_t* argmax) {
   const int32_t n = row.n;
   const int64_t V = cfg_.vocab;
-  leaf_argmax_.resize(size_t(n));
-  dev_->argmax(logits, n, V, V, leaf_argmax_.data());
+  if (!argmax) {  // the step was not asked for argmax: compute the row's own
+    leaf_argmax_.resize(size_t(n));
+    dev_->argmax(logits, n, V, V, leaf_argmax_.data());
+    argmax = leaf_argmax_.data();
+  }
   auto parent = [&](int32_t c) {
     if (!row.tree_mask) return c - 1;
     for (int32_t j = c - 1; j >= 0; j--)
@@ -397,7 +402,7 @@ int32_t LlamaModel::greedy_leaf(const StepRowDesc& row, const int32_t* tokens, c
   for (;;) {
     int32_t next = -1;
     for (int32_t c = node + 1; c < n && next < 0; c++)
-      if (tokens[row.tok_start + c] == leaf_argmax_[size_t(node)] && parent(c) == node) next = c;
+      if (tokens[row.tok_start + c] == argmax[node] && parent(c) == node) next = c;
     if (next < 0) return node;
     node = next;
   }
@@ -559,7 +564,8 @@ Status LlamaModel::forward(const StepInput& in) {
     const int64_t first_logit = logit_row;
     logit_row += row.logit_count;
     int32_t leaf = -1;
-    if (row.medusa_leaf) leaf = greedy_leaf(row, in.tokens, in.logits + first_logit * V);
+    if (row.medusa_leaf)
+      leaf = greedy_leaf(row, in.tokens, in.logits + first_logit * V, in.argmax ? in.argmax + first_logit : nullptr);
     if (in.medusa_leaves) in.medusa_leaves[r] = leaf;
     if (row.medusa_count == 0 && !row.medusa_leaf) continue;
     const Slot& s = *slots_[size_t(row.medusa_slot)];

@@ -128,7 +128,7 @@ class LlamaModel {
   struct Slot;
   Status validate(const StepInput& in) const;
   Status forward(const StepInput& in);
-  int32_t greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits);
+  int32_t greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits, const int32_t* argmax);
   // Runs of consecutive rows sharing one LoRA slot, computed once per step.
   struct LoraRun {
     int32_t tok_start, tok_count, slot;

@@ -188,6 +188,12 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   {
     const int64_t T = 5, V = 49152;
     auto x = randn(rng, size_t(T * V));
+    // Row 1: the maximum twice (the first wins); row 2: NaNs inside; row 3: NaN first (index 0,
+    // as the reference's scan); row 4: all -inf.
+    x[size_t(V + 700)] = x[size_t(V + 40000)] = 50.0f;
+    for (int64_t i = 3; i < V; i += 97) x[size_t(2 * V + i)] = std::numeric_limits<float>::quiet_NaN();
+    x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < V; i++) x[size_t(4 * V + i)] = -std::numeric_limits<float>::infinity();
     std::vector<int32_t> a(T), b(T);
     dev->argmax(x.data(), T, V, V, a.data());
     ref->argmax(x.data(), T, V, V, b.data());
