@@ -86,10 +86,13 @@ const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
  * compacted by `kvCopies` before the next step; rejected branches are simply overwritten. The
  * first token of a step is reported normally, the accepted extra ones with `skipped: true`.
  * Head logits are asked only on the tree's rank-0 chain; a walk that stops off it drafts from its
- * deepest ancestor on the chain with the heads shifted (a shallower draft). Unless
- * `SpeculationOptions.adaptive` is false, `AdaptiveTreePolicy` picks each step's tree (nested
- * trees in acceptance order, or plain decoding) from measured step times and per-node acceptance;
- * like everything above, it changes speed only, never the tokens.
+ * deepest ancestor on the chain with the heads shifted (a shallower draft). Plain greedy rows on a
+ * runner that offers it (`ModelSpec.medusaLeaf`) ask instead for the heads at the one node where
+ * the runner's greedy walk stops, which is where this walk stops too (`StepRow.medusaLeaf`): one
+ * head block per step, and an exact draft. Unless `SpeculationOptions.adaptive` is false,
+ * `AdaptiveTreePolicy` picks each step's tree (nested trees, re-ranked by measured per-node
+ * acceptance, or plain decoding) from measured step times; like everything above, it changes
+ * speed only, never the tokens.
  *
  * Lifecycle (after undici's DispatcherBase): `start()` once; `close()` refuses new work and
  * resolves when every accepted request has finished and the runner is closed; `destroy(err)` fails
