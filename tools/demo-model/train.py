@@ -30,7 +30,7 @@ PRESETS = {
     'tiny': dict(base_steps=30, lora_steps=15, medusa_steps=10, medusa_seqs=24, batch=8, seq=128,
                  eval_windows=4, medusa_eval_seqs=8, gen_tokens=64),
     # Sized for a shared 2-core machine (see README's Results for the stages' wall times).
-    'full': dict(base_steps=600, lora_steps=160, medusa_steps=1200, medusa_seqs=1024, batch=12, seq=128,
+    'full': dict(base_steps=600, lora_steps=160, medusa_steps=2400, medusa_seqs=2048, batch=12, seq=128,
                  eval_windows=16, medusa_eval_seqs=16, gen_tokens=96),
 }
 VOCAB_SIZE = 2048
