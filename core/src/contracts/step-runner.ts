@@ -154,6 +154,11 @@ export interface StepOutput {
   readonly argmax?: Int32Array
   /** With `StepRow.medusaLeaf` rows: per row (batch order), the node its heads ran at; -1 for other rows. */
   readonly medusaLeaves?: Int32Array
+  /**
+   * Optional `[Σ head rows]`: each `[vocabSize]` row of `medusaLogits` has its first maximum here,
+   * which is all a draft takes from a head that proposes one candidate.
+   */
+  readonly medusaArgmax?: Int32Array
 }
 
 /**

@@ -490,7 +490,7 @@ export class BatchingEngine implements Backend {
           this.verify(loaded, planned, output, base, headBase, rowIndex)
         } else if (planned.samples) {
           this.sampleNext(loaded, seq, output, base + (row.logitIndices.length - 1) * V)
-          if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
+          if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output, headBase, 0)
         }
       } catch (err) {
         this.logger.error({ err, requestId: seq.request.id }, 'sampling failed')
@@ -508,7 +508,7 @@ export class BatchingEngine implements Backend {
     loaded: Loaded,
     seq: Sequence,
     planned: PlannedRow,
-    medusaLogits: Float32Array,
+    output: StepOutput,
     headBase: number,
     at: number,
     shift = 0,
@@ -519,7 +519,8 @@ export class BatchingEngine implements Backend {
     }
     const heads = seq.request.speculator!.size
     const V = loaded.spec.vocabSize
-    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift)
+    const { medusaLogits, medusaArgmax } = output
+    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift, medusaArgmax)
   }
 
   /**
@@ -589,8 +590,7 @@ export class BatchingEngine implements Backend {
     if (row.medusaLeaf) {
       // The runner ran the heads where its greedy walk stopped: the same node as this walk for a
       // plain greedy row. Should they differ, the next step decodes without a draft.
-      if (output.medusaLeaves?.[rowIndex] === node)
-        this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, 0)
+      if (output.medusaLeaves?.[rowIndex] === node) this.nextDraft(loaded, seq, planned, output, headBase, 0)
       else seq.draft = null
       return
     }
@@ -598,7 +598,7 @@ export class BatchingEngine implements Backend {
     // deepest of them on the accepted path.
     const spacing = headSpacing(seq.request.speculator!.size, tree.depth[treeNodes - 1]!)
     const at = Math.floor(tree.depth[tree.headAncestor[node]!]! / spacing)
-    this.nextDraft(loaded, seq, planned, output.medusaLogits, headBase, at, tree.depth[node]! - at * spacing)
+    this.nextDraft(loaded, seq, planned, output, headBase, at, tree.depth[node]! - at * spacing)
   }
 
   /** Logprob of prompt token `p + 1` from the logits at position `p`, for every position of the chunk. */

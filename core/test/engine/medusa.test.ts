@@ -65,6 +65,10 @@ t.test('draft: head d top-k fills depth d + 1 by rank', async (t) => {
   t.same([...draft.tokens], [0, 1, 2, 0, 3])
   t.equal(draft.depth, 2)
   t.equal(draftFromHeads(tree, 1, logits, 0, 4).depth, 1, 'one head: depth 1 only')
+  // A chain proposes one candidate per head: given the rows' top-1 ids, the draft takes them.
+  const chain = new MedusaTree([[0], [0, 0]])
+  t.same([...draftFromHeads(chain, 2, logits, 0, 4).tokens], [0, 1, 0], 'scanned top-1s')
+  t.same([...draftFromHeads(chain, 2, logits, 0, 4, 0, Int32Array.of(2, 3)).tokens], [0, 2, 3], 'given top-1s')
 })
 
 t.test('greedy with Medusa equals greedy decoding, whatever the heads propose', async (t) => {

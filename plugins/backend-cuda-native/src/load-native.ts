@@ -88,6 +88,8 @@ export interface NativePackedStep {
   readonly argmax?: Int32Array
   /** Optional: per row, the node a greedy-leaf row ran its Medusa heads at (-1 for other rows). */
   readonly medusaLeaves?: Int32Array
+  /** Optional: each Medusa head row's first maximum, written by the step. */
+  readonly medusaArgmax?: Int32Array
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

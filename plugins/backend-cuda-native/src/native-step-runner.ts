@@ -195,6 +195,7 @@ export class NativeStepRunner implements StepRunner {
       logNormalizers: packed.logNorms,
       argmax: packed.argmax,
       medusaLeaves: packed.medusaLeaves,
+      medusaArgmax: packed.medusaArgmax,
     }
   }
 

@@ -141,5 +141,6 @@ export function packStep(
     logNorms: buffers.view('logNorms', 'f64', logitRows),
     argmax: buffers.view('argmax', 'i32', logitRows),
     medusaLeaves: buffers.view('medusaLeaves', 'i32', batch.rows.length),
+    medusaArgmax: buffers.view('medusaArgmax', 'i32', medusaRows),
   }
 }

@@ -85,6 +85,10 @@ t.test('greedy leaf: the walk stops where argmax leaves the tree; heads as if as
     const out = await a.step({ rows: [row(cs.tokens, L, { ...base, medusaLeaf: true })], kvCopies: [] })
     t.equal(out.medusaLeaves?.[0], cs.leaf, `${cs.name}: the walk stops at node ${cs.leaf}`)
     t.equal(out.medusaLogits.length, 3 * V, `${cs.name}: one head block`)
+    for (let h = 0; h < 3; h++) {
+      const headRow = out.medusaLogits.subarray(h * V, (h + 1) * V)
+      t.equal(out.medusaArgmax?.[h], argmax(headRow), `${cs.name}: head ${h} top-1`)
+    }
     const asked = await b.step({
       rows: [row(cs.tokens, L, { ...base, medusaSlot: slots[1]!, medusaIndices: Int32Array.of(cs.leaf) })],
       kvCopies: [],

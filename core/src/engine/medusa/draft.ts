@@ -17,6 +17,8 @@ export interface Draft {
  * depth `d + 1` by their rank. `shift` > 0 drafts from the heads of a position `shift` tokens
  * before the one the draft follows (head `h` there predicts the token `h + 2` ahead of it), when
  * the heads were not computed at that position; the draft is then `shift` levels shallower.
+ * `top1`, when given, holds every `[vocabSize]` row's first maximum (`StepOutput.medusaArgmax`):
+ * heads that propose one candidate take it instead of scanning their row.
  */
 export function draftFromHeads(
   tree: MedusaTree,
@@ -25,11 +27,14 @@ export function draftFromHeads(
   offset: number,
   vocabSize: number,
   shift = 0,
+  top1?: Int32Array,
 ): Draft {
   const depth = Math.max(0, Math.min(heads - shift, tree.maxDepth))
   const top: Int32Array[] = []
   for (let d = 0; d < depth; d++) {
-    top.push(topK(logits, offset + (shift + d) * vocabSize, vocabSize, tree.topKPerHead[d]!))
+    const at = offset + (shift + d) * vocabSize
+    const k = tree.topKPerHead[d]!
+    top.push(k === 1 && top1 !== undefined ? Int32Array.of(top1[at / vocabSize]!) : topK(logits, at, vocabSize, k))
   }
   const tokens = new Int32Array(tree.size)
   for (let node = 1; node < tree.size; node++) {

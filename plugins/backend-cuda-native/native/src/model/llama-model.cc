@@ -288,6 +288,9 @@ Status LlamaModel::validate(const StepInput& in) const {
   if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
   if (logits * cfg_.vocab != in.logits_len || medusa * cfg_.vocab != in.medusa_len)
     return invalid("output buffers do not match the requested logits");
+  if (in.medusa_argmax && in.medusa_argmax_len != medusa)
+    return invalid("medusaArgmax has " + std::to_string(in.medusa_argmax_len) + " entries for " +
+                   std::to_string(medusa) + " head rows");
   if (in.argmax && in.argmax_len != logits)
     return invalid("argmax has " + std::to_string(in.argmax_len) + " entries for " + std::to_string(logits) +
                    " logits rows");
@@ -612,6 +615,9 @@ Status LlamaModel::forward(const StepInput& in) {
     }
     out += M * NH * V;
   }
+  // Each head row's top-1 (a draft of top-1 heads needs no more), where the logits are.
+  if (in.medusa_argmax && in.medusa_argmax_len > 0)
+    dev_->argmax(in.medusa_logits, in.medusa_argmax_len, V, V, in.medusa_argmax);
   return Status::Ok();
 }
 

@@ -78,6 +78,8 @@ struct StepInput {
   int64_t log_norms_len = 0;
   int32_t* argmax = nullptr;  // [Σ logit_count] or null: each logits row's first maximum (-1: none > -inf)
   int64_t argmax_len = 0;
+  int32_t* medusa_argmax = nullptr;  // [Σ head rows] or null: each Medusa head row's first maximum
+  int64_t medusa_argmax_len = 0;
   int32_t* medusa_leaves = nullptr;  // [rows]: the node greedy-leaf rows ran their heads at, -1 for others
   int64_t medusa_leaves_len = 0;
 };
