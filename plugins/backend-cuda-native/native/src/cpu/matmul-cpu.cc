@@ -159,25 +159,26 @@ void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, floa
   }
 }
 
+// The micro-kernel for weights stored in `dt`, prefetching with hint `Hint`.
+template <int Hint>
+inline void dot_dtype(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
+                      int64_t pf_off) {
+  if (dt == DType::F32)
+    dot_tn<LoadF32, Hint>(w, x, tn, K, out, pf_off);
+  else if (dt == DType::BF16)
+    dot_tn<LoadBF16, Hint>(w, x, tn, K, out, pf_off);
+  else
+    dot_tn<LoadF16, Hint>(w, x, tn, K, out, pf_off);
+}
+
 // Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
 // pf_l2: the prefetches at pf_off go to L2 only (bytes a later op reads, not this matmul).
 inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
                         int64_t pf_off, bool pf_l2 = false) {
-  if (pf_l2) {
-    if (dt == DType::F32)
-      dot_tn<LoadF32, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
-    else if (dt == DType::BF16)
-      dot_tn<LoadBF16, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
-    else
-      dot_tn<LoadF16, _MM_HINT_T1>(w, x, tn, K, out, pf_off);
-    return;
-  }
-  if (dt == DType::F32)
-    dot_tn<LoadF32, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
-  else if (dt == DType::BF16)
-    dot_tn<LoadBF16, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
+  if (pf_l2)
+    dot_dtype<_MM_HINT_T1>(dt, w, x, tn, K, out, pf_off);
   else
-    dot_tn<LoadF16, _MM_HINT_T0>(w, x, tn, K, out, pf_off);
+    dot_dtype<_MM_HINT_T0>(dt, w, x, tn, K, out, pf_off);
 }
 
 // Widen one 16-bit weight row to f32 (for the multi-pass case).
