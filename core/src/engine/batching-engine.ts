@@ -445,13 +445,15 @@ export class BatchingEngine implements Backend {
     const policy = this.treePolicy
     if (policy === null) return
     let work = 0
+    let tree = false
     for (const { seq, row, treeNodes, chunk, prefillLogits } of rows) {
+      tree ||= treeNodes > 0
       const decodes = treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
       if (!decodes) return
       const heads = row.medusaSlot >= 0 ? seq.request.speculator!.size : 0
       work += row.tokens.length + heads * headNodes(row)
     }
-    policy.recordStep(work, ms)
+    policy.recordStep(work, ms, tree)
   }
 
   private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput): void {

@@ -95,9 +95,10 @@ t.test('greedy with Medusa equals greedy decoding, whatever the heads propose', 
       }
     }
     if (accuracy === ORACLE) {
+      // ~4 per full-tree step; the adaptive policy's warm-up also tries halved trees (depth < 4).
       t.ok(
-        stats.acceptedTokens / stats.verifySteps >= 3,
-        `oracle heads accept ~4 per step (${stats.acceptedTokens}/${stats.verifySteps})`,
+        stats.acceptedTokens / stats.verifySteps >= 2.5,
+        `oracle heads accept up to 4 per step (${stats.acceptedTokens}/${stats.verifySteps})`,
       )
       t.ok(runner.batches.length < 12, `far fewer steps than tokens (${runner.batches.length})`)
     }

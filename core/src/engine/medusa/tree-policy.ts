@@ -5,6 +5,8 @@ import type { SubTree, TreeFamily } from './tree-family.ts'
 const DECAY = 0.98
 /** Steps measured before the policy trusts its cost model; until then the full tree is used. */
 const WARMUP_STEPS = 12
+/** Warm-up tree sizes cycle through the full tree halved 0..5 times. */
+const WARMUP_CYCLE = 6
 /** Every this many decisions, one probes a different tree size so the cost slope stays known. */
 const PROBE_EVERY = 16
 
@@ -30,7 +32,8 @@ const PROBE_EVERY = 16
  *   heads, a bushy root for uncertain ones). Untried nodes keep the prior `q = 1/2`, so probes keep
  *   trying them.
  * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
- *   The full tree is used until `WARMUP_STEPS` steps were measured; every `PROBE_EVERY`-th choice
+ *   Until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree down by halves
+ *   (the first choice is the full tree); after that every `PROBE_EVERY`-th choice
  *   takes a neighbouring size instead, so the fit keeps seeing different step sizes.
  */
 export class AdaptiveTreePolicy {
@@ -44,7 +47,7 @@ export class AdaptiveTreePolicy {
   private sy = 0
   private sxx = 0
   private sxy = 0
-  private steps = 0
+  private treeSteps = 0
   private decisions = 0
   /** The last choice, and the plans since it (while it is plain decoding). */
   private lastChoice = -1
@@ -70,18 +73,22 @@ export class AdaptiveTreePolicy {
     }
   }
 
-  /** One decode-only step of `work` (see the class comment) took `ms` milliseconds. */
-  recordStep(work: number, ms: number): void {
+  /**
+   * One decode-only step of `work` (see the class comment) took `ms` milliseconds; `tree`: it
+   * verified at least one tree. Only tree steps count towards the warm-up: steps of requests
+   * without a speculator weigh 1 per row, and a fit made of them alone has no slope to trust.
+   */
+  recordStep(work: number, ms: number, tree = true): void {
     if (!(ms >= 0) || !(work > 0)) return
+    if (tree) this.treeSteps++
     // A step the OS preempted would drag the fit for dozens of steps: cap it at 3× the model.
-    const fit = this.steps >= WARMUP_STEPS ? this.fit() : null
+    const fit = this.treeSteps > WARMUP_STEPS ? this.fit() : null
     if (fit !== null) ms = Math.min(ms, 3 * (fit.a + fit.b * work))
     this.s = this.s * DECAY + 1
     this.sx = this.sx * DECAY + work
     this.sy = this.sy * DECAY + ms
     this.sxx = this.sxx * DECAY + work * work
     this.sxy = this.sxy * DECAY + work * ms
-    this.steps++
   }
 
   /**
@@ -90,11 +97,14 @@ export class AdaptiveTreePolicy {
    * (`StepRow.medusaLeaf`) rather than along the chain.
    */
   choose(rows: number, depth: number, heads: number, greedyLeaf = false): number {
-    if (this.steps >= WARMUP_STEPS && this.decisions % PROBE_EVERY === 0) this.rerank()
+    if (this.treeSteps >= WARMUP_STEPS && this.decisions % PROBE_EVERY === 0) this.rerank()
     const { order } = this.family
     const full = this.family.full.tree
     const fit = this.fit()
-    if (this.steps < WARMUP_STEPS || fit === null || rows <= 0) return order.length
+    // While it learns: the full tree, then half of it, a quarter, ... one candidate, and again, so
+    // the cost fit sees the whole range of step sizes and the acceptance counts the best nodes.
+    if (this.treeSteps < WARMUP_STEPS || fit === null || rows <= 0)
+      return Math.max(1, Math.ceil(order.length / 2 ** (this.treeSteps % WARMUP_CYCLE)))
     const { a, b } = fit
     const reach = this.reach
     reach[0] = 1
