@@ -129,6 +129,11 @@ export interface KvCopy {
 export interface StepBatch {
   readonly rows: readonly StepRow[]
   readonly kvCopies: readonly KvCopy[]
+  /**
+   * Optional: how many best ids per Medusa head row the engine's drafts take; a runner may then
+   * return them in `StepOutput.medusaTopIds` so the engine need not scan the rows.
+   */
+  readonly medusaTopK?: number
 }
 
 /**
@@ -159,6 +164,11 @@ export interface StepOutput {
    * which is all a draft takes from a head that proposes one candidate.
    */
   readonly medusaArgmax?: Int32Array
+  /**
+   * Optional, when the batch asked `medusaTopK`: `[Σ head rows, medusaTopK]`, each head row's best
+   * ids, best first, ties to the lower id (NaN never; -1 past a row's non-NaN values).
+   */
+  readonly medusaTopIds?: Int32Array
 }
 
 /**

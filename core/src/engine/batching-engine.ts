@@ -120,6 +120,8 @@ export class BatchingEngine implements Backend {
   private nextSeqId = 1
   private readonly speculationCounters = new SpeculationCounters()
   private readonly tree: MedusaTree
+  /** Most candidates any head proposes in the full tree (drafts need that many ids a head row). */
+  private readonly draftTopK: number
   private readonly treeFamily: TreeFamily
   private readonly treePolicy: AdaptiveTreePolicy | null
   private readonly speculationMaxBatchSize: number
@@ -144,6 +146,7 @@ export class BatchingEngine implements Backend {
     }
     const choices = speculation.choices ?? DEFAULT_MEDUSA_CHOICES
     this.tree = new MedusaTree(choices)
+    this.draftTopK = Math.max(0, ...this.tree.topKPerHead)
     this.treeFamily = new TreeFamily(this.tree, choices)
     this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy(this.treeFamily)
     this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
@@ -417,7 +420,13 @@ export class BatchingEngine implements Backend {
         try {
           const kvCopies: KvCopy[] = []
           for (const { kvCopy } of plan.rows) if (kvCopy !== null) kvCopies.push(kvCopy)
-          const batch = { rows: plan.rows.map((planned) => planned.row), kvCopies }
+          // Drafts take each head row's best ids: ask the runner for them when a row runs heads.
+          const heads = plan.rows.some(({ row }) => row.medusaSlot >= 0 && headNodes(row) > 0)
+          const batch = {
+            rows: plan.rows.map((planned) => planned.row),
+            kvCopies,
+            ...(heads && this.draftTopK > 1 ? { medusaTopK: this.draftTopK } : {}),
+          }
           output = await this.runnerQueue.run(() => this.runner.step(batch))
         } catch (err) {
           this.logger.error({ err, rows: plan.rows.length }, 'step failed')
@@ -521,8 +530,18 @@ export class BatchingEngine implements Backend {
     }
     const heads = seq.request.speculator!.size
     const V = loaded.spec.vocabSize
-    const { medusaLogits, medusaArgmax } = output
-    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift, medusaArgmax)
+    const { medusaLogits, medusaArgmax, medusaTopIds } = output
+    const topIds = medusaTopIds !== undefined ? { ids: medusaTopIds, k: this.draftTopK } : undefined
+    seq.draft = draftFromHeads(
+      this.tree,
+      heads,
+      medusaLogits,
+      headBase + at * heads * V,
+      V,
+      shift,
+      medusaArgmax,
+      topIds,
+    )
   }
 
   /**

@@ -90,6 +90,9 @@ export interface NativePackedStep {
   readonly medusaLeaves?: Int32Array
   /** Optional: each Medusa head row's first maximum, written by the step. */
   readonly medusaArgmax?: Int32Array
+  /** Optional: with medusaTopK, each Medusa head row's K best ids, written by the step. */
+  readonly medusaTopIds?: Int32Array
+  readonly medusaTopK?: number
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

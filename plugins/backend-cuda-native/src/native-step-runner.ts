@@ -196,6 +196,7 @@ export class NativeStepRunner implements StepRunner {
       argmax: packed.argmax,
       medusaLeaves: packed.medusaLeaves,
       medusaArgmax: packed.medusaArgmax,
+      ...(packed.medusaTopIds ? { medusaTopIds: packed.medusaTopIds } : {}),
     }
   }
 

@@ -142,5 +142,11 @@ export function packStep(
     argmax: buffers.view('argmax', 'i32', logitRows),
     medusaLeaves: buffers.view('medusaLeaves', 'i32', batch.rows.length),
     medusaArgmax: buffers.view('medusaArgmax', 'i32', medusaRows),
+    ...(batch.medusaTopK !== undefined && batch.medusaTopK > 0 && medusaRows > 0
+      ? {
+          medusaTopK: batch.medusaTopK,
+          medusaTopIds: buffers.view('medusaTopIds', 'i32', medusaRows * batch.medusaTopK),
+        }
+      : {}),
   }
 }

@@ -82,12 +82,20 @@ t.test('greedy leaf: the walk stops where argmax leaves the tree; heads as if as
       ...(cs.mask ? { treeMask: cs.mask } : {}),
       ...(cs.depth ? { positions: Int32Array.from(cs.depth, (d) => L + d) } : {}),
     }
-    const out = await a.step({ rows: [row(cs.tokens, L, { ...base, medusaLeaf: true })], kvCopies: [] })
+    const out = await a.step({
+      rows: [row(cs.tokens, L, { ...base, medusaLeaf: true })],
+      kvCopies: [],
+      medusaTopK: 4,
+    })
     t.equal(out.medusaLeaves?.[0], cs.leaf, `${cs.name}: the walk stops at node ${cs.leaf}`)
     t.equal(out.medusaLogits.length, 3 * V, `${cs.name}: one head block`)
     for (let h = 0; h < 3; h++) {
       const headRow = out.medusaLogits.subarray(h * V, (h + 1) * V)
       t.equal(out.medusaArgmax?.[h], argmax(headRow), `${cs.name}: head ${h} top-1`)
+      const best4 = Array.from(headRow.keys())
+        .sort((x, y) => headRow[y]! - headRow[x]! || x - y)
+        .slice(0, 4)
+      t.same(Array.from(out.medusaTopIds?.subarray(h * 4, h * 4 + 4) ?? []), best4, `${cs.name}: head ${h} top-4`)
     }
     const asked = await b.step({
       rows: [row(cs.tokens, L, { ...base, medusaSlot: slots[1]!, medusaIndices: Int32Array.of(cs.leaf) })],

@@ -18,7 +18,8 @@ export interface Draft {
  * before the one the draft follows (head `h` there predicts the token `h + 2` ahead of it), when
  * the heads were not computed at that position; the draft is then `shift` levels shallower.
  * `top1`, when given, holds every `[vocabSize]` row's first maximum (`StepOutput.medusaArgmax`):
- * heads that propose one candidate take it instead of scanning their row.
+ * heads that propose one candidate take it instead of scanning their row; `topIds` likewise every
+ * row's `k` best (`StepOutput.medusaTopIds`) for heads that propose up to `k`.
  */
 export function draftFromHeads(
   tree: MedusaTree,
@@ -28,13 +29,17 @@ export function draftFromHeads(
   vocabSize: number,
   shift = 0,
   top1?: Int32Array,
+  topIds?: { readonly ids: Int32Array; readonly k: number },
 ): Draft {
   const depth = Math.max(0, Math.min(heads - shift, tree.maxDepth))
   const top: Int32Array[] = []
   for (let d = 0; d < depth; d++) {
     const at = offset + (shift + d) * vocabSize
     const k = tree.topKPerHead[d]!
-    top.push(k === 1 && top1 !== undefined ? Int32Array.of(top1[at / vocabSize]!) : topK(logits, at, vocabSize, k))
+    const row = at / vocabSize
+    if (k === 1 && top1 !== undefined) top.push(Int32Array.of(top1[row]!))
+    else if (topIds !== undefined && k <= topIds.k) top.push(topIds.ids.subarray(row * topIds.k, row * topIds.k + k))
+    else top.push(topK(logits, at, vocabSize, k))
   }
   const tokens = new Int32Array(tree.size)
   for (let node = 1; node < tree.size; node++) {

@@ -37,6 +37,7 @@ class CpuDevice final : public Device {
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
   void prefetch_in_next_matmul(const CacheRegion* regions, int n) override;
 
  private:

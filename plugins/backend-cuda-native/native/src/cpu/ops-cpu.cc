@@ -302,4 +302,31 @@ void CpuDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, do
   });
 }
 
+// Per row: one pass keeping the K best in a sorted list; a value enters only if it beats the
+// current K-th (strictly, so the earlier index of a tie stays ahead), which for K << V is almost
+// every element's only work: one compare.
+void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
+  for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
+    std::vector<float> vals(size_t(std::max(K, 1)));
+    for (int64_t t = t0; t < t1; t++) {
+      const float* row = x + t * ld;
+      int32_t* ids = out + t * K;
+      int filled = 0;
+      for (int64_t i = 0; i < V; i++) {
+        const float v = row[i];
+        if (filled == K && !(v > vals[size_t(K - 1)])) continue;
+        if (std::isnan(v)) continue;
+        int j = filled < K ? filled++ : K - 1;
+        for (; j > 0 && v > vals[size_t(j - 1)]; j--) {
+          vals[size_t(j)] = vals[size_t(j - 1)];
+          ids[j] = ids[j - 1];
+        }
+        vals[size_t(j)] = v;
+        ids[j] = int32_t(i);
+      }
+      for (int j = filled; j < K; j++) ids[j] = -1;
+    }
+  });
+}
+
 }  // namespace loom

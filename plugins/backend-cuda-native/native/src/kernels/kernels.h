@@ -169,6 +169,10 @@ class Device {
 
   // Semantics: for t<T: out[t] = argmax_i x[t*ld+i] (first maximum), i<V
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;
+
+  // Semantics: for t<T, j<K: out[t*K + j] = the index of row t's j-th largest value, i<V, ties to
+  // the lower index, NaN never chosen; -1 where the row has fewer than j+1 non-NaN values.
+  virtual void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) = 0;
 };
 
 // The scalar reference device: plain loops, one thread, no intrinsics. Slow on purpose.

@@ -1,6 +1,7 @@
 // Scalar reference kernels: the ground truth for the optimized CPU kernels (selftest/) and, later,
 // the CUDA kernels. Straight loops that mirror each op's "Semantics:" line in kernels/kernels.h;
 // sums are accumulated in double so the reference is at least as accurate as what it checks.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstring>
@@ -155,6 +156,16 @@ class ReferenceDevice final : public Device {
       for (int64_t i = 1; i < V; i++)
         if (x[t * ld + i] > x[t * ld + best]) best = i;
       out[t] = int32_t(best);
+    }
+  }
+
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {
+    for (int64_t t = 0; t < T; t++) {
+      std::vector<int32_t> idx;
+      for (int64_t i = 0; i < V; i++)
+        if (!std::isnan(x[t * ld + i])) idx.push_back(int32_t(i));
+      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[t * ld + a] > x[t * ld + b]; });
+      for (int j = 0; j < K; j++) out[t * K + j] = j < int(idx.size()) ? idx[size_t(j)] : -1;
     }
   }
 

@@ -200,6 +200,20 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
     ck.compare("argmax", dims("argmax", {{"T", T}, {"V", V}}), fa.data(), fb.data(), fa.size(), 0, 0);
   }
+  // top_k: random rows, a row with ties and NaNs, a row with fewer non-NaN values than K.
+  {
+    const int64_t T = 4, V = 2053;
+    const int K = 10;
+    auto x = randn(rng, size_t(T * V));
+    for (int64_t i = 0; i < V; i += 5) x[size_t(V + i)] = 3.0f;
+    for (int64_t i = 1; i < V; i += 7) x[size_t(V + i)] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 4; i < V; i++) x[size_t(3 * V + i)] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<int32_t> a(size_t(T * K)), b(size_t(T * K));
+    dev->top_k(x.data(), T, V, V, K, a.data());
+    ref->top_k(x.data(), T, V, V, K, b.data());
+    std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
+    ck.compare("top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", K}}), fa.data(), fb.data(), fa.size(), 0, 0);
+  }
   // log_sum_exp: logit-like rows (scaled so one token dominates some rows), a vocabulary that is
   // not a multiple of the vector width, a row with -inf entries (masked) and one all -inf.
   for (const int64_t V : {int64_t(2048), int64_t(49157)}) {
