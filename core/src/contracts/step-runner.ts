@@ -160,11 +160,6 @@ export interface StepOutput {
   /** With `StepRow.medusaLeaf` rows: per row (batch order), the node its heads ran at; -1 for other rows. */
   readonly medusaLeaves?: Int32Array
   /**
-   * Optional `[Σ head rows]`: each `[vocabSize]` row of `medusaLogits` has its first maximum here,
-   * which is all a draft takes from a head that proposes one candidate.
-   */
-  readonly medusaArgmax?: Int32Array
-  /**
    * Optional, when the batch asked `medusaTopK`: `[Σ head rows, medusaTopK]`, each head row's best
    * ids, best first, ties to the lower id (NaN never; -1 past a row's non-NaN values).
    */

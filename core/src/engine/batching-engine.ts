@@ -425,7 +425,7 @@ export class BatchingEngine implements Backend {
           const batch = {
             rows: plan.rows.map((planned) => planned.row),
             kvCopies,
-            ...(heads && this.draftTopK > 1 ? { medusaTopK: this.draftTopK } : {}),
+            ...(heads && this.draftTopK > 0 ? { medusaTopK: this.draftTopK } : {}),
           }
           output = await this.runnerQueue.run(() => this.runner.step(batch))
         } catch (err) {
@@ -530,18 +530,9 @@ export class BatchingEngine implements Backend {
     }
     const heads = seq.request.speculator!.size
     const V = loaded.spec.vocabSize
-    const { medusaLogits, medusaArgmax, medusaTopIds } = output
+    const { medusaLogits, medusaTopIds } = output
     const topIds = medusaTopIds !== undefined ? { ids: medusaTopIds, k: this.draftTopK } : undefined
-    seq.draft = draftFromHeads(
-      this.tree,
-      heads,
-      medusaLogits,
-      headBase + at * heads * V,
-      V,
-      shift,
-      medusaArgmax,
-      topIds,
-    )
+    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift, topIds)
   }
 
   /**

@@ -68,10 +68,14 @@ t.test('draft: head d top-k fills depth d + 1 by rank', async (t) => {
   // A chain proposes one candidate per head: given the rows' top-1 ids, the draft takes them.
   const chain = new MedusaTree([[0], [0, 0]])
   t.same([...draftFromHeads(chain, 2, logits, 0, 4).tokens], [0, 1, 0], 'scanned top-1s')
-  t.same([...draftFromHeads(chain, 2, logits, 0, 4, 0, Int32Array.of(2, 3)).tokens], [0, 2, 3], 'given top-1s')
+  t.same(
+    [...draftFromHeads(chain, 2, logits, 0, 4, 0, { ids: Int32Array.of(2, 3), k: 1 }).tokens],
+    [0, 2, 3],
+    'given top-1s',
+  )
   // Heads proposing two candidates take the rows' given best ids.
   const given = { ids: Int32Array.of(2, 1, 3, 0), k: 2 }
-  t.same([...draftFromHeads(tree, 2, logits, 0, 4, 0, undefined, given).tokens], [0, 2, 1, 3, 0], 'given top-2s')
+  t.same([...draftFromHeads(tree, 2, logits, 0, 4, 0, given).tokens], [0, 2, 1, 3, 0], 'given top-2s')
 })
 
 t.test('greedy with Medusa equals greedy decoding, whatever the heads propose', async (t) => {

@@ -88,8 +88,6 @@ export interface NativePackedStep {
   readonly argmax?: Int32Array
   /** Optional: per row, the node a greedy-leaf row ran its Medusa heads at (-1 for other rows). */
   readonly medusaLeaves?: Int32Array
-  /** Optional: each Medusa head row's first maximum, written by the step. */
-  readonly medusaArgmax?: Int32Array
   /** Optional: with medusaTopK, each Medusa head row's K best ids, written by the step. */
   readonly medusaTopIds?: Int32Array
   readonly medusaTopK?: number

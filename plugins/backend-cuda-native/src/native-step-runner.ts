@@ -195,7 +195,6 @@ export class NativeStepRunner implements StepRunner {
       logNormalizers: packed.logNorms,
       argmax: packed.argmax,
       medusaLeaves: packed.medusaLeaves,
-      medusaArgmax: packed.medusaArgmax,
       ...(packed.medusaTopIds ? { medusaTopIds: packed.medusaTopIds } : {}),
     }
   }

@@ -141,7 +141,6 @@ export function packStep(
     logNorms: buffers.view('logNorms', 'f64', logitRows),
     argmax: buffers.view('argmax', 'i32', logitRows),
     medusaLeaves: buffers.view('medusaLeaves', 'i32', batch.rows.length),
-    medusaArgmax: buffers.view('medusaArgmax', 'i32', medusaRows),
     ...(batch.medusaTopK !== undefined && batch.medusaTopK > 0 && medusaRows > 0
       ? {
           medusaTopK: batch.medusaTopK,

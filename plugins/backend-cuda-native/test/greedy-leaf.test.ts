@@ -91,7 +91,7 @@ t.test('greedy leaf: the walk stops where argmax leaves the tree; heads as if as
     t.equal(out.medusaLogits.length, 3 * V, `${cs.name}: one head block`)
     for (let h = 0; h < 3; h++) {
       const headRow = out.medusaLogits.subarray(h * V, (h + 1) * V)
-      t.equal(out.medusaArgmax?.[h], argmax(headRow), `${cs.name}: head ${h} top-1`)
+      t.equal(out.medusaTopIds?.[h * 4], argmax(headRow), `${cs.name}: head ${h} top-1`)
       const best4 = Array.from(headRow.keys())
         .sort((x, y) => headRow[y]! - headRow[x]! || x - y)
         .slice(0, 4)

@@ -17,9 +17,8 @@ export interface Draft {
  * depth `d + 1` by their rank. `shift` > 0 drafts from the heads of a position `shift` tokens
  * before the one the draft follows (head `h` there predicts the token `h + 2` ahead of it), when
  * the heads were not computed at that position; the draft is then `shift` levels shallower.
- * `top1`, when given, holds every `[vocabSize]` row's first maximum (`StepOutput.medusaArgmax`):
- * heads that propose one candidate take it instead of scanning their row; `topIds` likewise every
- * row's `k` best (`StepOutput.medusaTopIds`) for heads that propose up to `k`.
+ * `topIds`, when given, holds every `[vocabSize]` row's `k` best ids (`StepOutput.medusaTopIds`):
+ * heads that propose up to `k` candidates take them instead of scanning their row.
  */
 export function draftFromHeads(
   tree: MedusaTree,
@@ -28,7 +27,6 @@ export function draftFromHeads(
   offset: number,
   vocabSize: number,
   shift = 0,
-  top1?: Int32Array,
   topIds?: { readonly ids: Int32Array; readonly k: number },
 ): Draft {
   const depth = Math.max(0, Math.min(heads - shift, tree.maxDepth))
@@ -37,8 +35,7 @@ export function draftFromHeads(
     const at = offset + (shift + d) * vocabSize
     const k = tree.topKPerHead[d]!
     const row = at / vocabSize
-    if (k === 1 && top1 !== undefined) top.push(Int32Array.of(top1[row]!))
-    else if (topIds !== undefined && k <= topIds.k) top.push(topIds.ids.subarray(row * topIds.k, row * topIds.k + k))
+    if (topIds !== undefined && k <= topIds.k) top.push(topIds.ids.subarray(row * topIds.k, row * topIds.k + k))
     else top.push(topK(logits, at, vocabSize, k))
   }
   const tokens = new Int32Array(tree.size)

@@ -400,7 +400,6 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   //   logNorms Float64Array [L] (optional): each logits row's log Σ exp; argmax Int32Array [L]
   //   (optional): each logits row's first maximum, -1 if none is above -inf; medusaLeaves Int32Array
   //   [R] (optional; needed by greedy-leaf rows): the node each row ran its heads at, or -1;
-  //   medusaArgmax Int32Array [M * heads] (optional): each head row's first maximum;
   //   medusaTopIds Int32Array [M * heads, medusaTopK] with medusaTopK (optional): their K best ids.
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
@@ -442,12 +441,6 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       int32_t* am = nullptr;
       LOOM_RETURN_IF_ERROR(typed(p, "argmax", napi_int32_array, "step.argmax", -1, "[L]", &am, &in->argmax_len));
       in->argmax = am;
-    }
-    if (!p.Get("medusaArgmax").IsUndefined()) {
-      int32_t* am = nullptr;
-      LOOM_RETURN_IF_ERROR(typed(p, "medusaArgmax", napi_int32_array, "step.medusaArgmax", -1, "[M * heads]", &am,
-                                 &in->medusa_argmax_len));
-      in->medusa_argmax = am;
     }
     if (!p.Get("medusaTopIds").IsUndefined()) {
       int32_t* ids = nullptr;

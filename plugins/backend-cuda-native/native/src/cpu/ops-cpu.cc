@@ -306,6 +306,26 @@ void CpuDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, do
 // current K-th (strictly, so the earlier index of a tie stays ahead), which for K << V is almost
 // every element's only work: one compare.
 void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
+  if (K == 1) {  // a chain's heads: the row maximum by vector max, then its first index
+    for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; t++) {
+        const float* row = x + t * ld;
+        __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+        int64_t i = 0;
+        for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);  // NaN lanes lose
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, mv);
+        float m = -std::numeric_limits<float>::infinity();
+        for (float l : lanes) m = l > m ? l : m;
+        for (; i < V; i++) m = row[i] > m ? row[i] : m;
+        int32_t best = -1;  // the first value equal to the maximum (NaN equals nothing)
+        for (int64_t j = 0; j < V && best < 0; j++)
+          if (row[j] == m) best = int32_t(j);
+        out[t] = best;
+      }
+    });
+    return;
+  }
   for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
     std::vector<float> vals(size_t(std::max(K, 1)));
     for (int64_t t = t0; t < t1; t++) {

@@ -290,9 +290,6 @@ Status LlamaModel::validate(const StepInput& in) const {
     return invalid("output buffers do not match the requested logits");
   if (in.medusa_top_ids && (in.medusa_top_k < 1 || in.medusa_top_k > 1024 || in.medusa_top_ids_len != medusa * in.medusa_top_k))
     return invalid("medusaTopIds needs medusaTopK in [1, 1024] and " + std::to_string(medusa) + " x medusaTopK entries");
-  if (in.medusa_argmax && in.medusa_argmax_len != medusa)
-    return invalid("medusaArgmax has " + std::to_string(in.medusa_argmax_len) + " entries for " +
-                   std::to_string(medusa) + " head rows");
   if (in.argmax && in.argmax_len != logits)
     return invalid("argmax has " + std::to_string(in.argmax_len) + " entries for " + std::to_string(logits) +
                    " logits rows");
@@ -617,10 +614,7 @@ Status LlamaModel::forward(const StepInput& in) {
     }
     out += M * NH * V;
   }
-  // Each head row's top-1 (a draft of top-1 heads needs no more), where the logits are.
-  if (in.medusa_argmax && in.medusa_argmax_len > 0)
-    dev_->argmax(in.medusa_logits, in.medusa_argmax_len, V, V, in.medusa_argmax);
-  // And their K best, for drafts of heads that propose several candidates.
+  // Each head row's K best ids, what the engine's drafts take, where the logits are.
   if (in.medusa_top_ids && in.medusa_top_ids_len > 0)
     dev_->top_k(in.medusa_logits, in.medusa_top_ids_len / in.medusa_top_k, V, V, in.medusa_top_k, in.medusa_top_ids);
   return Status::Ok();

@@ -78,8 +78,6 @@ struct StepInput {
   int64_t log_norms_len = 0;
   int32_t* argmax = nullptr;  // [Σ logit_count] or null: each logits row's first maximum (-1: none > -inf)
   int64_t argmax_len = 0;
-  int32_t* medusa_argmax = nullptr;  // [Σ head rows] or null: each Medusa head row's first maximum
-  int64_t medusa_argmax_len = 0;
   int32_t medusa_top_k = 0;            // K of medusa_top_ids (0: none asked)
   int32_t* medusa_top_ids = nullptr;   // [Σ head rows, K]: each head row's K best ids (top_k)
   int64_t medusa_top_ids_len = 0;

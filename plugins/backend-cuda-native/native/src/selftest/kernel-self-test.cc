@@ -200,7 +200,8 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
     ck.compare("argmax", dims("argmax", {{"T", T}, {"V", V}}), fa.data(), fb.data(), fa.size(), 0, 0);
   }
-  // top_k: random rows, a row with ties and NaNs, a row with fewer non-NaN values than K.
+  // top_k: random rows, a row with ties and NaNs, a row with fewer non-NaN values than K, and
+  // (for K = 1) a row of NaN then -inf only.
   {
     const int64_t T = 4, V = 2053;
     const int K = 10;
@@ -208,11 +209,15 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     for (int64_t i = 0; i < V; i += 5) x[size_t(V + i)] = 3.0f;
     for (int64_t i = 1; i < V; i += 7) x[size_t(V + i)] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 4; i < V; i++) x[size_t(3 * V + i)] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<int32_t> a(size_t(T * K)), b(size_t(T * K));
-    dev->top_k(x.data(), T, V, V, K, a.data());
-    ref->top_k(x.data(), T, V, V, K, b.data());
-    std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
-    ck.compare("top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", K}}), fa.data(), fb.data(), fa.size(), 0, 0);
+    x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 1; i < 4; i++) x[size_t(3 * V + i)] = -std::numeric_limits<float>::infinity();
+    for (const int k : {K, 1}) {  // K = 1 takes its own vector path
+      std::vector<int32_t> a(size_t(T * k)), b(size_t(T * k));
+      dev->top_k(x.data(), T, V, V, k, a.data());
+      ref->top_k(x.data(), T, V, V, k, b.data());
+      std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
+      ck.compare("top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", k}}), fa.data(), fb.data(), fa.size(), 0, 0);
+    }
   }
   // log_sum_exp: logit-like rows (scaled so one token dominates some rows), a vocabulary that is
   // not a multiple of the vector width, a row with -inf entries (masked) and one all -inf.
