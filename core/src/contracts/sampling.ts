@@ -24,6 +24,18 @@ export interface SamplingParams {
   readonly seed: bigint
 }
 
+/** Greedy decoding with every penalty and warper off (seed 0: greedy draws nothing from it). */
+export const GREEDY_SAMPLING: SamplingParams = {
+  temperature: 0,
+  topK: 0,
+  topP: 1,
+  typicalP: 1,
+  repetitionPenalty: 1,
+  frequencyPenalty: 0,
+  presencePenalty: 0,
+  seed: 0n,
+}
+
 /** One generated (or prompt) token with its log-probability under the sampling distribution's source logits. */
 export interface TokenLogprob {
   readonly id: number

@@ -12,6 +12,7 @@
  * grammar produces still satisfies the schema. Negated classes appear only inside strings in
  * XGrammar's JSON grammars, so no structural rule is touched.
  */
+import { mapEbnfTokens } from './ebnf-tokens.ts'
 import { narrowClassForJsonString } from './json-string-chars.ts'
 
 const ANY_CHAR = '[\\u0000-\\U0010FFFF]'
@@ -26,27 +27,5 @@ function narrowClass(cls: string): string {
 
 /** Apply `narrowClass` to every character class outside quoted literals and comments. */
 export function sanitizeJsonGrammar(ebnf: string): string {
-  let out = ''
-  let i = 0
-  while (i < ebnf.length) {
-    const ch = ebnf[i]!
-    if (ch === '"' || ch === '[') {
-      // A literal ends at the next unescaped quote, a class at the next unescaped bracket.
-      const close = ch === '"' ? '"' : ']'
-      let j = i + 1
-      while (j < ebnf.length && ebnf[j] !== close) j += ebnf[j] === '\\' ? 2 : 1
-      const token = ebnf.slice(i, j + 1)
-      out += ch === '[' ? narrowClass(token) : token
-      i = j + 1
-    } else if (ch === '#') {
-      const end = ebnf.indexOf('\n', i)
-      const stop = end < 0 ? ebnf.length : end
-      out += ebnf.slice(i, stop)
-      i = stop
-    } else {
-      out += ch
-      i++
-    }
-  }
-  return out
+  return mapEbnfTokens(ebnf, (token, kind) => (kind === 'class' ? narrowClass(token) : token))
 }

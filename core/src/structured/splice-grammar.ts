@@ -1,3 +1,5 @@
+import { mapEbnfTokens } from './ebnf-tokens.ts'
+
 /**
  * Puts the rules Loom generated into the grammar XGrammar wrote for a prepared schema: every
  * marker literal (`"\"LOOMSPLICE3\""`, the JSON text of the marker `const`) becomes a reference to
@@ -18,29 +20,13 @@ export interface SplicedRules {
 export function spliceGrammar(ebnf: string, replacements: ReadonlyMap<string, SplicedRules>): string {
   if (replacements.size === 0) return ebnf
   const used = new Set<string>()
-  let out = ''
-  let i = 0
-  while (i < ebnf.length) {
-    const ch = ebnf[i]!
-    if (ch === '"' || ch === '[') {
-      const close = ch === '"' ? '"' : ']'
-      let j = i + 1
-      while (j < ebnf.length && ebnf[j] !== close) j += ebnf[j] === '\\' ? 2 : 1
-      const token = ebnf.slice(i, j + 1)
-      const marker = ch === '"' ? /^"\\"(\w+)\\""$/.exec(token)?.[1] : undefined
-      const replacement = marker === undefined ? undefined : replacements.get(marker)
-      if (replacement !== undefined) {
-        used.add(marker!)
-        out += replacement.root
-      } else {
-        out += token
-      }
-      i = j + 1
-    } else {
-      out += ch
-      i++
-    }
-  }
+  const out = mapEbnfTokens(ebnf, (token, kind) => {
+    const marker = kind === 'literal' ? /^"\\"(\w+)\\""$/.exec(token)?.[1] : undefined
+    const replacement = marker === undefined ? undefined : replacements.get(marker)
+    if (replacement === undefined) return token
+    used.add(marker!)
+    return replacement.root
+  })
   for (const marker of replacements.keys()) {
     if (out.includes(marker)) throw new Error(`structured output: marker ${marker} left in the grammar`)
   }

@@ -1,6 +1,6 @@
 import type { BackendRequest, GenerationEvent, GeneratedToken } from '../../src/contracts/backend.ts'
 import type { Logger } from '../../src/contracts/logger.ts'
-import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
 import type { LocalAdapter } from '../../src/contracts/adapter.ts'
 import type { LoraWeights, MedusaWeights } from '../../src/contracts/step-runner.ts'
 import { BatchingEngine } from '../../src/engine/batching-engine.ts'
@@ -17,16 +17,7 @@ export const silentLogger: Logger = {
   child: () => silentLogger,
 }
 
-export const GREEDY: SamplingParams = {
-  temperature: 0,
-  topK: 0,
-  topP: 1,
-  typicalP: 1,
-  repetitionPenalty: 1,
-  frequencyPenalty: 0,
-  presencePenalty: 0,
-  seed: 0n,
-}
+export const GREEDY: SamplingParams = GREEDY_SAMPLING
 
 let nextId = 0
 

@@ -7,7 +7,7 @@
 import t from 'tap'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
-import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
 import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
 import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
 import type { LoomError } from '../../src/errors/index.ts'
@@ -26,16 +26,7 @@ const factory = await XGrammarConstraintFactory.fromModelDir(dir, { vocabSize: V
 const sampler = new TokenSampler(V)
 const ajv = new Ajv2020({ allErrors: true, strict: true })
 
-const GREEDY: SamplingParams = {
-  temperature: 0,
-  topK: 0,
-  topP: 1,
-  typicalP: 1,
-  repetitionPenalty: 1,
-  frequencyPenalty: 0,
-  presencePenalty: 0,
-  seed: 0n,
-}
+const GREEDY: SamplingParams = GREEDY_SAMPLING
 /** Two greedy and two sampled (temperature 1) runs per schema, each with its own logits stream. */
 const RUNS: readonly SamplingParams[] = [
   { ...GREEDY, seed: 1n },

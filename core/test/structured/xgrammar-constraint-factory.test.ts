@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
 import type { ResponseFormat, TokenConstraint } from '../../src/contracts/grammar.ts'
-import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
 import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
 import { LoomError } from '../../src/errors/index.ts'
 import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
@@ -294,16 +294,7 @@ t.test('a schema XGrammar cannot compile is a 422 naming the keyword', async (t)
 
 t.test('through the real sampler: greedy and seeded sampling stay inside the schema', async (t) => {
   const sampler = new TokenSampler(V)
-  const base: SamplingParams = {
-    temperature: 0,
-    topK: 0,
-    topP: 1,
-    typicalP: 1,
-    repetitionPenalty: 1,
-    frequencyPenalty: 0,
-    presencePenalty: 0,
-    seed: 7n,
-  }
+  const base: SamplingParams = { ...GREEDY_SAMPLING, seed: 7n }
   for (const sampling of [
     base,
     { ...base, temperature: 1, topP: 0.95, seed: 11n },

@@ -11,10 +11,20 @@
  * Requests run with no EOS (exactly `maxNewTokens` tokens each), so both modes generate the same
  * number of tokens and tokens/s compare directly; the timing includes each batch's prefill.
  */
-import type { BackendRequest, Logger, MedusaWeights, ModelSpec, StepBatch, StepOutput, StepRunner } from '@loom/core'
+import {
+  GREEDY_SAMPLING,
+  type BackendRequest,
+  type Logger,
+  type MedusaWeights,
+  type ModelSpec,
+  type StepBatch,
+  type StepOutput,
+  type StepRunner,
+} from '@loom/core'
 import { readMedusaAdapter } from '../../../core/src/adapters/read-medusa.ts'
 import { BatchingEngine } from '../../../core/src/engine/batching-engine.ts'
 import { NativeStepRunner } from '../src/index.ts'
+import { median } from './bench-report.ts'
 
 export interface MedusaBenchOptions {
   readonly modelDir: string
@@ -117,23 +127,8 @@ const silentLogger: Logger = {
   child: () => silentLogger,
 }
 
-const median = (xs: readonly number[]): number | null => {
-  if (xs.length === 0) return null
-  const s = [...xs].sort((a, b) => a - b)
-  const m = s.length >> 1
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2
-}
-
-const GREEDY = {
-  temperature: 0,
-  topK: 0,
-  topP: 1,
-  typicalP: 1,
-  repetitionPenalty: 1,
-  frequencyPenalty: 0,
-  presencePenalty: 0,
-  seed: 0n,
-} as const
+/** The median, or null for no values (a mode with no step of that kind). */
+const medianOrNull = (xs: readonly number[]): number | null => (xs.length === 0 ? null : median(xs))
 
 /** Run every configuration (batch × with/without Medusa) on one engine; rows in that order. */
 export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
@@ -163,7 +158,7 @@ export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
         id: `bench-${++nextId}`,
         inputIds: [...inputIds],
         maxNewTokens: o.maxNewTokens,
-        sampling: GREEDY,
+        sampling: GREEDY_SAMPLING,
         eosTokenIds: [],
         adapter: null,
         speculator: medusa ? speculator : null,
@@ -225,11 +220,11 @@ export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
           tokens: mid.tokens,
           seconds: mid.seconds,
           tokensPerSec: mid.tokens / mid.seconds,
-          speedUp: medusa ? median(ratios) : null,
+          speedUp: medusa ? medianOrNull(ratios) : null,
           tokensPerVerify: medusa && verifies > 0 ? mine.reduce((n, x) => n + x.emitted, 0) / verifies : null,
           acceptedPerVerify: medusa && verifies > 0 ? mine.reduce((n, x) => n + x.accepted, 0) / verifies : null,
-          plainStepMs: median(mine.flatMap((x) => x.plainMs)),
-          verifyStepMs: median(mine.flatMap((x) => x.verifyMs)),
+          plainStepMs: medianOrNull(mine.flatMap((x) => x.plainMs)),
+          verifyStepMs: medianOrNull(mine.flatMap((x) => x.verifyMs)),
           treeTokens: verifyRows > 0 ? mine.reduce((n, x) => n + x.verifyTokens, 0) / verifyRows : null,
         })
       }
