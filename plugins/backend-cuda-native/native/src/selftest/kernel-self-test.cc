@@ -378,11 +378,13 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 
 // lora_apply: per adapter run, the shrink of a group's modules (q|k|v-like: 1-3 modules side by
 // side in the scratch, each with its own output width) and their expands; few runs take the
-// two-op path, many runs the one-region path; rows without adapter, prefill runs, mixed ranks.
+// two-op path, many runs the one-region path (one-token runs: the decode-row shrink, 8 rows of A
+// at a time, so ranks 7, 12, 33 leave tails); rows without adapter, prefill runs, mixed ranks, a
+// K with a vector tail (100 % 16 = 4).
 void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
-  for (DType dt : {DType::F32, DType::BF16})
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (int batch : {2, 9, 33}) {
-      const int64_t K = rng.pick<int64_t>({576, 896}), ldt = 3 * 128;
+      const int64_t K = rng.pick<int64_t>({576, 896, 100}), ldt = 3 * 128;
       const int nmod = rng.range(1, 3);
       const int64_t Ns[3] = {576, 192, 1536};
       std::vector<TestWeight> A, B;
@@ -396,7 +398,7 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         if (rng.range(0, 4) != 0) {  // this row has an adapter
           int col = 0;
           for (int m = 0; m < nmod; m++) {
-            const int r = rng.pick({1, 4, 16, 33, 64});
+            const int r = rng.pick({1, 4, 7, 12, 16, 33, 64});
             A.push_back(make_weight(rng, dt, r, K, 0.1f));
             B.push_back(make_weight(rng, dt, r, Ns[m], 0.1f));
             sh.push_back({T, n, A.back().view(dt, r, K).data, dt, r, col, 1.0f});
