@@ -9,6 +9,9 @@
 //   - the dot products run in a register tile of kRows rows × up to kMaxTokens tokens (3 × 8
 //     zmm accumulators with AVX-512), so a k-step issues 24 FMAs for 11 loads and the loop is
 //     FMA-bound once the tiles are cache-resident;
+//   - with more tokens than one tile, kSuperBlock blocks take turns against each 8-token x tile,
+//     so the x of a 32-token step (73 KB at K = 576, more than L1) is pulled into L1 once per
+//     super-block rather than once per block;
 //   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
 //     vcvtph2ps) when the step has at most kMaxTokens tokens, i.e. one pass over the block; with
 //     more tokens the block is widened once into an L1 tile and every further pass reads f32.
