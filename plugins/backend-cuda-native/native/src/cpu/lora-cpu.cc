@@ -13,7 +13,7 @@
 //   row. Many segments (distinct decode rows): threads split the segments and each segment
 //   streams its Bt once, eight rank rows at a time into one read-modify-write of y. Few segments
 //   (prefill, one shared adapter): threads split the output features so both cores work.
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 
 #include <algorithm>
 

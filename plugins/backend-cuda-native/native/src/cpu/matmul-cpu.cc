@@ -18,7 +18,7 @@
 // Accumulation is exact f32 FMA (no bf16 dot products), so results match the f64 reference
 // within f32 rounding. Large prefills tile the tokens as well so the activations stay in L2
 // while the weights stream through.
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,7 +1,7 @@
 // Element-wise, normalisation, cache and attention ops for the cpu device. These are small next
 // to the matmuls at decode, so the rule is: run inline on the calling thread when the work is
 // tiny (a pool region costs ~1 µs) and split over tokens or elements when it is not.
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 
 #include <algorithm>
 #include <cmath>

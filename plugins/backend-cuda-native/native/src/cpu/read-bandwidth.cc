@@ -5,7 +5,7 @@
 // what the prefetching matmul then streamed, which put batch-1 decode above "100%".)
 #include "cpu/read-bandwidth.h"
 
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 
 #include <chrono>
 #include <cstdlib>

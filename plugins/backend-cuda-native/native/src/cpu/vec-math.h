@@ -1,7 +1,7 @@
 // AVX2 math helpers shared by the cpu kernels.
 #pragma once
 
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 
 namespace loom {
 

@@ -4,7 +4,7 @@
 
 #include <chrono>
 #if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
+#include "cpu/intrinsics.h"
 #define LOOM_PAUSE() _mm_pause()
 #else
 #define LOOM_PAUSE() std::this_thread::yield()
