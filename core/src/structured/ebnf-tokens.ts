@@ -1,4 +1,15 @@
 /**
+ * Where the literal (`"`) or character class (`[`) opening at `text[start]` ends: the index of its
+ * unescaped closing quote or bracket, or `text.length` when it is unterminated.
+ */
+export function ebnfTokenEnd(text: string, start: number): number {
+  const close = text[start] === '"' ? '"' : ']'
+  let j = start + 1
+  while (j < text.length && text[j] !== close) j += text[j] === '\\' ? 2 : 1
+  return Math.min(j, text.length)
+}
+
+/**
  * The one scan of an EBNF grammar that the grammar rewrites share: each quoted literal and each
  * character class is passed to `rewrite` (quotes or brackets included) and replaced by what it
  * returns; comments (`#` to the end of the line) and everything else are copied as they are. A
@@ -10,9 +21,7 @@ export function mapEbnfTokens(ebnf: string, rewrite: (token: string, kind: 'lite
   while (i < ebnf.length) {
     const ch = ebnf[i]!
     if (ch === '"' || ch === '[') {
-      const close = ch === '"' ? '"' : ']'
-      let j = i + 1
-      while (j < ebnf.length && ebnf[j] !== close) j += ebnf[j] === '\\' ? 2 : 1
+      const j = ebnfTokenEnd(ebnf, i)
       out += rewrite(ebnf.slice(i, j + 1), ch === '"' ? 'literal' : 'class')
       i = j + 1
     } else if (ch === '#') {

@@ -6,6 +6,7 @@
  * has been seen in: `string ::= (("\"" BODY "\""))` with a balanced BODY; anything else (a
  * top-level `|` in the regex makes XGrammar write the quotes into the alternatives) is refused.
  */
+import { ebnfTokenEnd } from './ebnf-tokens.ts'
 import { escapeLiteralForJsonString, narrowClassForJsonString } from './json-string-chars.ts'
 
 /** Rules for one pattern: `root` matches the whole JSON string, quotes included. */
@@ -26,9 +27,7 @@ function tokenize(body: string): Token[] {
   while (i < body.length) {
     const ch = body[i]!
     if (ch === '"' || ch === '[') {
-      const close = ch === '"' ? '"' : ']'
-      let j = i + 1
-      while (j < body.length && body[j] !== close) j += body[j] === '\\' ? 2 : 1
+      const j = ebnfTokenEnd(body, i)
       if (j >= body.length) throw new PatternUnsupportedError('unterminated literal in the pattern grammar')
       tokens.push({ kind: ch === '"' ? 'literal' : 'class', text: body.slice(i, j + 1) })
       i = j + 1
