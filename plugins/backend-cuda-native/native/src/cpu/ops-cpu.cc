@@ -240,28 +240,39 @@ void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const fl
     pool_.run(work);
 }
 
+namespace {
+
+// The largest of init and row[0, V) by vector max: NaN values lose (maxps returns its second
+// operand, the running maximum, when either is NaN), so the result is NaN only if init is.
+float row_max(const float* row, int64_t V, float init) {
+  __m256 mv = _mm256_set1_ps(init);
+  int64_t i = 0;
+  for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, mv);
+  float m = init;
+  for (float l : lanes) m = l > m ? l : m;
+  for (; i < V; i++) m = row[i] > m ? row[i] : m;
+  return m;
+}
+
+// The first index holding m, or -1 (NaN equals nothing).
+int32_t first_index_of(const float* row, int64_t V, float m) {
+  for (int64_t j = 0; j < V; j++)
+    if (row[j] == m) return int32_t(j);
+  return -1;
+}
+
+}  // namespace
+
 // First maximum per row (ties pick the lower index, like the reference and numpy): the row's
-// maximum by vector max (NaN lanes lose: maxps returns its second operand when either is NaN),
-// then the first index holding it. A row starting with NaN gives 0, as the reference's scan does.
+// maximum by vector max, then the first index holding it. A row starting with NaN gives 0, as
+// the reference's scan does.
 void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
   for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
       const float* row = x + t * ld;
-      if (V <= 0 || std::isnan(row[0])) {
-        out[t] = 0;
-        continue;
-      }
-      __m256 mv = _mm256_set1_ps(row[0]);
-      int64_t i = 0;
-      for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);
-      float m = row[0];
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, mv);
-      for (float l : lanes) m = l > m ? l : m;
-      for (; i < V; i++) m = row[i] > m ? row[i] : m;
-      int64_t best = 0;
-      while (row[best] != m) best++;
-      out[t] = int32_t(best);
+      out[t] = V <= 0 || std::isnan(row[0]) ? 0 : first_index_of(row, V, row_max(row, V, row[0]));
     }
   });
 }
@@ -310,18 +321,7 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
     for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; t++) {
         const float* row = x + t * ld;
-        __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-        int64_t i = 0;
-        for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);  // NaN lanes lose
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, mv);
-        float m = -std::numeric_limits<float>::infinity();
-        for (float l : lanes) m = l > m ? l : m;
-        for (; i < V; i++) m = row[i] > m ? row[i] : m;
-        int32_t best = -1;  // the first value equal to the maximum (NaN equals nothing)
-        for (int64_t j = 0; j < V && best < 0; j++)
-          if (row[j] == m) best = int32_t(j);
-        out[t] = best;
+        out[t] = first_index_of(row, V, row_max(row, V, -std::numeric_limits<float>::infinity()));
       }
     });
     return;
