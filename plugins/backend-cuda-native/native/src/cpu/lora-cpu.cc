@@ -16,6 +16,7 @@
 #include "cpu/intrinsics.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cpu/cpu-device.h"
 #include "cpu/simd-config.h"
@@ -84,6 +85,24 @@ inline float loadw1(const void* p, int64_t i) {
   return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 
+// The rows left after the full groups of 8 (shrink and expand of a decode row): calls
+// f(std::integral_constant<int, n>) for n = 1..7, so the kernel gets the row count as a template
+// argument (its accumulators stay in registers); n = 0 calls nothing.
+static_assert(kShrinkGroup == 8 && kExpandGroup == 8, "with_group_tail covers tails of 1..7 rows");
+template <typename F>
+inline void with_group_tail(int n, F&& f) {
+  switch (n) {
+    case 7: f(std::integral_constant<int, 7>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    case 5: f(std::integral_constant<int, 5>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    default: break;
+  }
+}
+
 // Semantics: for n < N: y[n] += Σ_{i<NR} c[i] * Bt[r0 + i, n]   (NR = 1..kExpandGroup rank rows at
 // once, so y is read and written once per group instead of once per row).
 template <DType DT, int NR>
@@ -118,16 +137,7 @@ void expand_token(const float* c, const void* bt, int rank, int64_t N, float* y,
   }
   // Rows of pf beyond this rank's groups (a larger next rank): the rest at once.
   if (pf && r < pf_rank) prefetch_bytes(static_cast<const char*>(pf) + r * row_bytes, (pf_rank - r) * row_bytes);
-  switch (rank - r) {
-    case 7: axpy_rows<DT, 7>(c + r, bt, r, N, y); break;
-    case 6: axpy_rows<DT, 6>(c + r, bt, r, N, y); break;
-    case 5: axpy_rows<DT, 5>(c + r, bt, r, N, y); break;
-    case 4: axpy_rows<DT, 4>(c + r, bt, r, N, y); break;
-    case 3: axpy_rows<DT, 3>(c + r, bt, r, N, y); break;
-    case 2: axpy_rows<DT, 2>(c + r, bt, r, N, y); break;
-    case 1: axpy_rows<DT, 1>(c + r, bt, r, N, y); break;
-    default: break;
-  }
+  with_group_tail(rank - r, [&](auto nr) { axpy_rows<DT, decltype(nr)::value>(c + r, bt, r, N, y); });
 }
 
 // Expand of output features [n0, n1) of one token: 2 vectors of outputs in registers while every
@@ -203,16 +213,7 @@ void shrink_token(const float* x, int64_t K, const LoraSegment& seg, const LoraS
   }
   if (next && r < next->rank) prefetch_bytes(static_cast<const char*>(next->w) + r * row_bytes, int64_t(next->rank - r) * row_bytes);
   float* o = tmp + seg.col + r;
-  switch (seg.rank - r) {
-    case 7: shrink_rows<DT, 7>(x, seg.w, K, r, o); break;
-    case 6: shrink_rows<DT, 6>(x, seg.w, K, r, o); break;
-    case 5: shrink_rows<DT, 5>(x, seg.w, K, r, o); break;
-    case 4: shrink_rows<DT, 4>(x, seg.w, K, r, o); break;
-    case 3: shrink_rows<DT, 3>(x, seg.w, K, r, o); break;
-    case 2: shrink_rows<DT, 2>(x, seg.w, K, r, o); break;
-    case 1: shrink_rows<DT, 1>(x, seg.w, K, r, o); break;
-    default: break;
-  }
+  with_group_tail(seg.rank - r, [&](auto nr) { shrink_rows<DT, decltype(nr)::value>(x, seg.w, K, r, o); });
 }
 
 // Semantics: for first <= t < last, r < R: tmp[t*ldt + col + r] = Σ_k x[t*ldx + k] * A[r, k]
