@@ -16,7 +16,7 @@ import { LoomError } from '../../errors/index.ts'
 import { projectionShape } from '../projection-shape.ts'
 import { readLoraAdapter } from '../read-lora.ts'
 import { mergeIdentity, mergeKey } from './merge-key.ts'
-import { mergeLoraWeights } from './merge-lora.ts'
+import { mergeLoraWeightsInWorker } from './merge-in-worker.ts'
 import type { MergedAdaptersRequest } from './merge-params.ts'
 import { writePeftAdapter } from './write-peft-adapter.ts'
 
@@ -162,7 +162,8 @@ export class AdapterMerger {
       }
       parsed.push(await readLoraAdapter(input.dir, id, spec))
     }
-    const { weights, report } = await mergeLoraWeights(parsed, request, key, {
+    // On a worker thread: the SVDs of a large merge would otherwise stall every other request.
+    const { weights, report } = await mergeLoraWeightsInWorker(parsed, request, key, {
       maxRank: caps.maxLoraRank,
       shape: (module) => projectionShape(spec, module),
     })

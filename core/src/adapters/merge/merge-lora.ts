@@ -97,8 +97,8 @@ function relativeError(m: Float32Array, f: LoraModuleWeights, rows: number, cols
 
 /**
  * Merge `inputs` (parsed for the same model, `inputs[i]` weighted by `request.weights[i]`) into
- * one adapter keyed `key`. Yields to the event loop between modules: merging large adapters is
- * slow, and the server must keep answering meanwhile.
+ * one adapter keyed `key`. Slow for large adapters: the server runs it on a worker thread
+ * (merge-in-worker.ts). It still yields between modules, for callers on an event loop.
  */
 export async function mergeLoraWeights(
   inputs: readonly LoraWeights[],
