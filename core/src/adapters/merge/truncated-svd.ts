@@ -147,13 +147,39 @@ function orthonormalize(cols: Float64Array[]): void {
 /** `M X` for row-major `M` `[rows, cols]` and columns `X` (`cols` long each). */
 function multiply(m: ArrayLike<number>, rows: number, cols: number, x: readonly Float64Array[]): Float64Array[] {
   const out = x.map(() => new Float64Array(rows))
-  for (let r = 0; r < rows; r++) {
-    const base = r * cols
-    for (let j = 0; j < x.length; j++) {
-      const xj = x[j]!
+  // Four columns of X per pass over a row of M: each element of M is read once per four dots
+  // (the passes over M dominate a randomized SVD; this made them ~2x faster in V8).
+  let j = 0
+  for (; j + 4 <= x.length; j += 4) {
+    const [x0, x1, x2, x3] = [x[j]!, x[j + 1]!, x[j + 2]!, x[j + 3]!]
+    const [o0, o1, o2, o3] = [out[j]!, out[j + 1]!, out[j + 2]!, out[j + 3]!]
+    for (let r = 0; r < rows; r++) {
+      const base = r * cols
+      let s0 = 0
+      let s1 = 0
+      let s2 = 0
+      let s3 = 0
+      for (let c = 0; c < cols; c++) {
+        const v = m[base + c]!
+        s0 += v * x0[c]!
+        s1 += v * x1[c]!
+        s2 += v * x2[c]!
+        s3 += v * x3[c]!
+      }
+      o0[r] = s0
+      o1[r] = s1
+      o2[r] = s2
+      o3[r] = s3
+    }
+  }
+  for (; j < x.length; j++) {
+    const xj = x[j]!
+    const oj = out[j]!
+    for (let r = 0; r < rows; r++) {
+      const base = r * cols
       let sum = 0
       for (let c = 0; c < cols; c++) sum += m[base + c]! * xj[c]!
-      out[j]![r] = sum
+      oj[r] = sum
     }
   }
   return out
@@ -167,13 +193,34 @@ function multiplyTransposed(
   y: readonly Float64Array[],
 ): Float64Array[] {
   const out = y.map(() => new Float64Array(cols))
-  for (let r = 0; r < rows; r++) {
-    const base = r * cols
-    for (let j = 0; j < y.length; j++) {
-      const w = y[j]![r]!
+  // Four columns of Y per pass over a row of M, as in `multiply`.
+  let j = 0
+  for (; j + 4 <= y.length; j += 4) {
+    const [y0, y1, y2, y3] = [y[j]!, y[j + 1]!, y[j + 2]!, y[j + 3]!]
+    const [o0, o1, o2, o3] = [out[j]!, out[j + 1]!, out[j + 2]!, out[j + 3]!]
+    for (let r = 0; r < rows; r++) {
+      const base = r * cols
+      const w0 = y0[r]!
+      const w1 = y1[r]!
+      const w2 = y2[r]!
+      const w3 = y3[r]!
+      for (let c = 0; c < cols; c++) {
+        const v = m[base + c]!
+        o0[c]! += v * w0
+        o1[c]! += v * w1
+        o2[c]! += v * w2
+        o3[c]! += v * w3
+      }
+    }
+  }
+  for (; j < y.length; j++) {
+    const yj = y[j]!
+    const oj = out[j]!
+    for (let r = 0; r < rows; r++) {
+      const w = yj[r]!
       if (w === 0) continue
-      const o = out[j]!
-      for (let c = 0; c < cols; c++) o[c]! += m[base + c]! * w
+      const base = r * cols
+      for (let c = 0; c < cols; c++) oj[c]! += m[base + c]! * w
     }
   }
   return out
