@@ -28,6 +28,9 @@ export interface AcquiredAdapter {
   readonly dir: string
 }
 
+/** Resolutions remembered (for the TTL and `/v1/models`); the oldest goes first beyond this. */
+const MAX_RESOLUTIONS = 4096
+
 /** An adapter this server has resolved, for `/v1/models`. */
 export interface KnownAdapter {
   readonly source: string
@@ -156,7 +159,11 @@ export class AdapterManager {
     const ttlMs = this.#deps.resolveTtlSeconds * 1000
     if (cached && Date.now() - cached.at < ttlMs) return cached.value
     const value = await source.resolve(ref, ctx)
+    this.#resolved.delete(key)
     this.#resolved.set(key, { at: Date.now(), value })
+    // Keys are ids as requests spell them, and a source may accept many spellings of one adapter
+    // (`./a`, `a/`): bounded, oldest resolution dropped first.
+    if (this.#resolved.size > MAX_RESOLUTIONS) this.#resolved.delete(this.#resolved.keys().next().value!)
     return value
   }
 }

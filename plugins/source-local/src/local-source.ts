@@ -12,8 +12,12 @@ import {
 
 /**
  * Adapters in directories on this machine. An id is a directory, absolute or relative to the first
- * root; after following symlinks it must lie inside one of the configured roots, so `..` or a link
- * cannot reach the rest of the disk. The revision is a hash of the names, sizes and modification
+ * root; it must lie inside one of the configured roots, as written and again after following
+ * symlinks, so `..` or a link cannot reach the rest of the disk. An id outside every root as
+ * written is refused before the disk is looked at, so the answer cannot tell whether such a
+ * directory exists. The resolved id is canonical (relative to the first root when inside it,
+ * else the real absolute path): `./kjv`, `kjv/` and the absolute path of `kjv` are one adapter,
+ * one cache entry and one slot. The revision is a hash of the names, sizes and modification
  * times of the files the runtime may read (the core's `ADAPTER_FILE_NAMES`; nothing is picked, as
  * the directory is used in place): editing an adapter in place gives it a new cache key.
  */
@@ -27,7 +31,7 @@ export class LocalAdapterSource implements AdapterSource {
   }
 
   async resolve(ref: AdapterRef): Promise<ResolvedAdapter> {
-    const dir = await this.#inside(ref.id)
+    const { dir, id } = await this.#inside(ref.id)
     const entries = new Set(await readdir(dir))
     const hash = createHash('sha256')
     const files = []
@@ -41,7 +45,7 @@ export class LocalAdapterSource implements AdapterSource {
     if (files.length === 0) {
       throw new LoomError('adapter_invalid', { id: ref.id, detail: 'the directory holds no adapter files' })
     }
-    return { source: this.name, id: ref.id, revision: hash.digest('hex').slice(0, 16), files, localDir: dir }
+    return { source: this.name, id, revision: hash.digest('hex').slice(0, 16), files, localDir: dir }
   }
 
   /** Adapter directories directly under each root (ids relative to the first root when they are inside it). */
@@ -63,27 +67,43 @@ export class LocalAdapterSource implements AdapterSource {
     // Never called: resolve() sets localDir, so the cache uses the directory in place.
   }
 
-  /** The real directory for `id`, or an error when it is missing or outside every root. */
-  async #inside(id: string): Promise<string> {
+  /**
+   * The real directory for `id` and its canonical id, or an error when it is missing or outside
+   * every root.
+   */
+  async #inside(id: string): Promise<{ dir: string; id: string }> {
     const first = this.#roots[0]
     if (first === undefined) {
       throw new LoomError('adapter_id_invalid', { id, source: this.name, detail: 'no local roots are configured' })
     }
-    const wanted = isAbsolute(id) ? id : resolve(first, id)
-    const real = await realpath(wanted).catch(() => null)
-    if (real === null || !(await stat(real)).isDirectory()) {
+    const outside = () =>
+      new LoomError('adapter_id_invalid', {
+        id,
+        source: this.name,
+        detail: 'the directory is outside the allowed local roots',
+      })
+    // Each root as configured and with its own links followed (an id may use either spelling).
+    const roots = await Promise.all(
+      this.#roots.map(async (root) => ({ root, real: await realpath(root).catch(() => null) })),
+    )
+    const wanted = isAbsolute(id) ? resolve(id) : resolve(first, id)
+    if (!roots.some(({ root, real }) => within(root, wanted) || (real !== null && within(real, wanted))))
+      throw outside()
+    const dir = await realpath(wanted).catch(() => null)
+    if (dir === null || !(await stat(dir)).isDirectory()) {
       throw new LoomError('adapter_not_found', { id, source: this.name })
     }
-    for (const root of this.#roots) {
-      const realRoot = await realpath(root).catch(() => null)
-      if (realRoot === null) continue
-      const rel = relative(realRoot, real)
-      if (rel === '' || (!rel.startsWith('..') && !rel.startsWith(sep) && !isAbsolute(rel))) return real
+    // Again after following symlinks: a link inside a root may point anywhere.
+    for (const [i, { real }] of roots.entries()) {
+      if (real === null || !within(real, dir)) continue
+      return { dir, id: i === 0 ? relative(real, dir).split(sep).join('/') || '.' : dir }
     }
-    throw new LoomError('adapter_id_invalid', {
-      id,
-      source: this.name,
-      detail: 'the directory is outside the allowed local roots',
-    })
+    throw outside()
   }
+}
+
+/** Whether `path` is `dir` or lies under it (both absolute and normalized). */
+function within(dir: string, path: string): boolean {
+  const rel = relative(dir, path)
+  return rel === '' || (rel !== '..' && !rel.startsWith(`..${sep}`) && !isAbsolute(rel))
 }

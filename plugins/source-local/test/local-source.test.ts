@@ -1,6 +1,7 @@
 import { mkdir, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
+import type { LoomError } from '@loom/core'
 import { LocalAdapterSource } from '../src/local-source.ts'
 
 async function adapterDir(root: string, name: string): Promise<string> {
@@ -53,4 +54,36 @@ t.test('a missing directory is adapter_not_found; an empty one is adapter_invali
     message: 'Adapter `nope` was not found in source `local`',
   })
   await t.rejects(source.resolve({ source: 'local', id: 'empty' }), { code: 'adapter_invalid' })
+})
+
+t.test('outside the roots, a missing and an existing directory get the same answer', async (t) => {
+  const base = t.testdir({ roots: {}, outside: { exists: {} } })
+  const source = new LocalAdapterSource('local', [join(base, 'roots')])
+  const answers: [string, string][] = []
+  for (const id of [join(base, 'outside', 'exists'), join(base, 'outside', 'missing'), '/', '/nonexistent-dir-xyz']) {
+    const err = (await source.resolve({ source: 'local', id }).catch((e: unknown) => e)) as LoomError
+    answers.push([err.code, err.message.replace(id, '<id>')])
+  }
+  t.same(
+    answers,
+    answers.map(() => ['adapter_id_invalid', answers[0]![1]]),
+    'one code and message for every id outside the roots',
+  )
+})
+
+t.test('aliases of one directory resolve to one canonical id', async (t) => {
+  const base = t.testdir({ roots: { nested: {} }, second: {} })
+  const root = join(base, 'roots')
+  const dir = await adapterDir(root, 'a')
+  await adapterDir(join(root, 'nested'), 'b')
+  const other = await adapterDir(join(base, 'second'), 'c')
+  await symlink(dir, join(root, 'alias'))
+  const source = new LocalAdapterSource('local', [root, join(base, 'second')])
+  for (const id of ['a', './a', 'a/', './/a', 'nested/../a', dir, `${dir}/`, 'alias']) {
+    const resolved = await source.resolve({ source: 'local', id })
+    t.equal(resolved.id, 'a', `${JSON.stringify(id)} is "a"`)
+  }
+  t.equal((await source.resolve({ source: 'local', id: './nested/b' })).id, 'nested/b')
+  t.equal((await source.resolve({ source: 'local', id: other })).id, other, 'outside the first root: the real path')
+  t.equal((await source.resolve({ source: 'local', id: `${other}/.` })).id, other)
 })
