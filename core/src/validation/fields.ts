@@ -1,4 +1,4 @@
-import { fieldError } from '../errors/index.ts'
+import { LoomError, fieldError } from '../errors/index.ts'
 
 /**
  * Small, explicit readers for request bodies. Each names the full field path in its error
@@ -119,4 +119,67 @@ export function rejectUnknownKeys(body: Body, known: ReadonlySet<string>, path: 
       throw fieldError(field, 'is not a known field', body[key])
     }
   }
+}
+
+/** What an HTTP credential may hold: visible ASCII, no spaces (RFC 6750's b64token is stricter). */
+const CREDENTIAL = /^[\x21-\x7e]+$/
+
+/**
+ * A credential (`api_token`): a string of visible ASCII, the only characters an
+ * `Authorization` header can carry to a hub. Empty counts as absent. Its value never appears in
+ * an error: the message describes only its type or length, since the field holds a secret even
+ * when it is malformed.
+ */
+export function optionalCredential(body: Body, key: string, path: string): string | undefined {
+  const value = body[key]
+  if (value === undefined || value === null || value === '') return undefined
+  const refuse = (expected: string, received: string) =>
+    new LoomError('validation_error', { field: path, expected, received }, { param: path })
+  if (typeof value !== 'string') {
+    throw refuse(
+      'must be a string',
+      Array.isArray(value) ? 'an array (value not shown)' : `a ${typeof value} (value not shown)`,
+    )
+  }
+  if (!CREDENTIAL.test(value)) {
+    throw refuse(
+      'must contain only visible ASCII characters (no spaces, line breaks or other characters)',
+      `a string of ${value.length} characters (value not shown)`,
+    )
+  }
+  return value
+}
+
+/** Whether `token` could be sent as an `Authorization: Bearer` credential (see `optionalCredential`). */
+export function isWellFormedCredential(token: string): boolean {
+  return CREDENTIAL.test(token)
+}
+
+/** Longest adapter id accepted: hub ids are at most 96 characters; S3 URLs and local paths run longer. */
+export const MAX_ADAPTER_ID_LENGTH = 1024
+/** Longest `adapter_source` code accepted. */
+export const MAX_SOURCE_NAME_LENGTH = 64
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
+
+/**
+ * A name for something the server looks up (an adapter id, a source code): a string of at most
+ * `maxLength` characters without control characters. Bounded because it is repeated in errors,
+ * logs and response headers.
+ */
+export function checkIdentifier(value: string, path: string, maxLength: number): string {
+  if (value.length > maxLength) throw fieldError(path, `must be at most ${maxLength} characters long`, value)
+  if (CONTROL_CHARACTER.test(value)) throw fieldError(path, 'must not contain control characters', value)
+  return value
+}
+
+/** `optionalString` plus `checkIdentifier`. */
+export function optionalIdentifier(
+  body: Body,
+  key: string,
+  path: string,
+  maxLength: number,
+  options: { nonEmpty?: boolean } = {},
+): string | undefined {
+  const value = optionalString(body, key, path, options)
+  return value === undefined ? undefined : checkIdentifier(value, path, maxLength)
 }

@@ -93,3 +93,45 @@ t.test('response_format: json_object, json_schema (OpenAI and LoRAX forms), bad 
     message: /`parameters.response_format.type` must be one of "text", "json_object", "json_schema"; received "xml"/,
   })
 })
+
+t.test('a malformed api_token is refused without repeating its value', async (t) => {
+  const secret = 'QA-SECRET-bbbb2222'
+  for (const [token, received] of [
+    [[secret], 'an array (value not shown)'],
+    [{ t: secret }, 'a object (value not shown)'],
+    [`${secret}\r\nX-Evil: 1`, `a string of ${secret.length + 11} characters (value not shown)`],
+    [`${secret}€`, `a string of ${secret.length + 1} characters (value not shown)`],
+  ] as const) {
+    const err = (() => {
+      try {
+        parse({ inputs: 'x', parameters: { adapter_id: 'me/a', api_token: token } })
+      } catch (e) {
+        return e as Error & { code: string; param: string }
+      }
+      return null
+    })()
+    t.match(err, { code: 'validation_error', param: 'parameters.api_token' })
+    t.match(err?.message, `received ${received}`)
+    t.notMatch(err?.message, secret, 'the token is not in the message')
+  }
+})
+
+t.test('adapter ids and sources are bounded and free of control characters', async (t) => {
+  t.throws(() => parse({ inputs: 'x', parameters: { adapter_id: 'a'.repeat(1025) } }), {
+    code: 'validation_error',
+    message: /`parameters.adapter_id` must be at most 1024 characters long; received "a{70,}\.\.\.$/,
+  })
+  t.throws(() => parse({ inputs: 'x', parameters: { adapter_id: 'kjv', adapter_source: 'd'.repeat(65) } }), {
+    message: /`parameters.adapter_source` must be at most 64 characters long/,
+  })
+  t.throws(() => parse({ inputs: 'x', parameters: { adapter_id: 'kjv/\r\nX-Evil: 1/..' } }), {
+    message: /`parameters.adapter_id` must not contain control characters/,
+  })
+  t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b\u0000'], weights: [1, 1] } } }), {
+    message: /`parameters.merged_adapters.ids\[1\]` must not contain control characters/,
+  })
+  t.same(parse({ inputs: 'x', parameters: { adapter_id: '中文/适配器' } }).generation.adapter, {
+    source: 'hub',
+    id: '中文/适配器',
+  })
+})

@@ -4,7 +4,14 @@
  * offending field under `path`.
  */
 import { fieldError } from '../../errors/index.ts'
-import { expectObject, optionalNumber, optionalString, rejectUnknownKeys } from '../../validation/fields.ts'
+import {
+  MAX_ADAPTER_ID_LENGTH,
+  checkIdentifier,
+  expectObject,
+  optionalNumber,
+  optionalString,
+  rejectUnknownKeys,
+} from '../../validation/fields.ts'
 import {
   DEFAULT_DENSITY,
   DEFAULT_MAJORITY_SIGN_METHOD,
@@ -60,6 +67,7 @@ export function parseMergedAdapters(raw: unknown, path: string, source: string):
     // The base model has no weights to merge (LoRAX refuses it too).
     if (id.length === 0)
       throw fieldError(`${path}.ids[${i}]`, 'must not be empty (the base model cannot be merged)', id)
+    checkIdentifier(id, `${path}.ids[${i}]`, MAX_ADAPTER_ID_LENGTH)
   })
 
   const weights = body.weights ?? []

@@ -33,6 +33,14 @@ function fullText(request: NativeGenerateRequest, result: GenerationResult): str
   return request.returnFullText ? request.generation.prompt + result.generatedText : result.generatedText
 }
 
+/**
+ * `value` with every character outside printable ASCII percent-encoded (as UTF-8): an adapter
+ * directory may be named `中文`, and a header carrying it raw is refused by Node at send time.
+ */
+function headerSafe(value: string): string {
+  return value.replace(/[^\x20-\x7e]/gu, (c) => encodeURIComponent(c))
+}
+
 function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeGenerateRequest): void {
   reply.header('x-model-id', deps.modelId)
   const adapter = request.generation.adapter
@@ -40,8 +48,8 @@ function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeG
   // LoRAX names every adapter a response used: one id, or the merge inputs comma-joined.
   const used = adapter ? [adapter] : (merged ?? [])
   if (used.length > 0) {
-    reply.header('x-adapter-id', used.map((a) => a.id).join(','))
-    reply.header('x-adapter-source', [...new Set(used.map((a) => a.source))].join(','))
+    reply.header('x-adapter-id', headerSafe(used.map((a) => a.id).join(',')))
+    reply.header('x-adapter-source', headerSafe([...new Set(used.map((a) => a.source))].join(',')))
   }
 }
 
@@ -129,9 +137,11 @@ export function nativeRoutes(deps: NativeRouteDeps) {
 function recordSuccess(reply: FastifyReply, result: GenerationResult): void {
   reply.server.loomMetrics.requestSucceeded({
     durationS: reply.elapsedTime / 1000,
+    ...result.timings,
     inputTokens: result.promptTokens,
     generatedTokens: result.generatedTokens,
     skippedTokens: result.skippedTokens,
+    maxNewTokens: result.maxNewTokens,
   })
 }
 

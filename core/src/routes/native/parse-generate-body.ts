@@ -7,7 +7,10 @@ import {
   optionalNumber,
   optionalObject,
   optionalSeed,
-  optionalString,
+  MAX_ADAPTER_ID_LENGTH,
+  MAX_SOURCE_NAME_LENGTH,
+  optionalCredential,
+  optionalIdentifier,
   optionalStringList,
   rejectUnknownKeys,
   requiredString,
@@ -112,9 +115,11 @@ export function parseGenerateBody(
     throw fieldError(at('decoder_input_details'), 'is not supported when streaming tokens', true)
   }
 
-  const adapterId = optionalString(p, 'adapter_id', at('adapter_id'))
-  const adapterSource = optionalString(p, 'adapter_source', at('adapter_source'), { nonEmpty: true })
-  const apiToken = optionalString(p, 'api_token', at('api_token')) || options.bearerToken || undefined
+  const adapterId = optionalIdentifier(p, 'adapter_id', at('adapter_id'), MAX_ADAPTER_ID_LENGTH)
+  const adapterSource = optionalIdentifier(p, 'adapter_source', at('adapter_source'), MAX_SOURCE_NAME_LENGTH, {
+    nonEmpty: true,
+  })
+  const apiToken = optionalCredential(p, 'api_token', at('api_token')) ?? options.bearerToken
   const adapter =
     adapterId === undefined || adapterId === ''
       ? null
