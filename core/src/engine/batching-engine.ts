@@ -105,6 +105,7 @@ export class BatchingEngine implements Backend {
   private readonly options: BatchingEngineOptions
   private readonly logger: Logger
   private readonly now: () => number
+  private readonly onStep: BatchingEngineOptions['onStep']
   private readonly runnerQueue = new SerialQueue()
   private readonly active = new Set<Sequence>()
 
@@ -156,6 +157,7 @@ export class BatchingEngine implements Backend {
     this.options = options
     this.logger = options.logger
     this.now = options.now ?? (() => performance.now())
+    this.onStep = options.onStep
   }
 
   start(): Promise<void> {
@@ -427,7 +429,17 @@ export class BatchingEngine implements Backend {
             kvCopies,
             ...(heads && this.draftTopK > 0 ? { medusaTopK: this.draftTopK } : {}),
           }
-          output = await this.runnerQueue.run(() => this.runner.step(batch))
+          const runStart = performance.now()
+          try {
+            output = await this.runnerQueue.run(() => this.runner.step(batch))
+          } finally {
+            this.onStep?.({
+              method: plan.rows.every(isDecodeRow) ? 'decode' : 'prefill',
+              size: plan.rows.length,
+              durationS: (performance.now() - runStart) / 1000,
+              ok: output !== null,
+            })
+          }
         } catch (err) {
           this.logger.error({ err, rows: plan.rows.length }, 'step failed')
           this.failRows(plan.rows, err)
@@ -455,10 +467,10 @@ export class BatchingEngine implements Backend {
     if (policy === null) return
     let work = 0
     let tree = false
-    for (const { seq, row, treeNodes, chunk, prefillLogits } of rows) {
+    for (const planned of rows) {
+      const { seq, row, treeNodes } = planned
       tree ||= treeNodes > 0
-      const decodes = treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
-      if (!decodes) return
+      if (!isDecodeRow(planned)) return
       const heads = row.medusaSlot >= 0 ? seq.request.speculator!.size : 0
       work += row.tokens.length + heads * headNodes(row)
     }
@@ -763,4 +775,9 @@ function generationError(err: unknown): LoomError {
 /** Positions whose Medusa head logits a row gets back: one for a greedy-leaf row. */
 function headNodes(row: StepRow): number {
   return row.medusaLeaf ? 1 : row.medusaIndices.length
+}
+
+/** A row that decodes (one new token, or a Medusa candidate tree) rather than prefilling a prompt. */
+function isDecodeRow({ row, treeNodes, chunk, prefillLogits }: PlannedRow): boolean {
+  return treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
 }

@@ -69,4 +69,17 @@ export interface BatchingEngineOptions {
   readonly speculation?: SpeculationOptions
   /** Clock in milliseconds, for `queueMs` (tests may inject one). Default `performance.now`. */
   readonly now?: () => number
+  /** Called after every step the runner ran or failed (the server's `loom_batch_*` metrics). */
+  readonly onStep?: (step: EngineStep) => void
+}
+
+/** One runner step, as `onStep` reports it. */
+export interface EngineStep {
+  /** `prefill` when any row prefills prompt tokens, else `decode` (LoRAX's batch methods). */
+  readonly method: 'prefill' | 'decode'
+  /** Rows (sequences) in the step. */
+  readonly size: number
+  /** The runner's step, in seconds. */
+  readonly durationS: number
+  readonly ok: boolean
 }

@@ -58,6 +58,9 @@ export const ERRORS = {
   backend_not_ready: spec(503, 'unhealthy', 'server_error', 'The model is still loading; retry shortly'),
   server_closing: spec(503, 'unhealthy', 'server_error', 'The server is shutting down'),
   generation_error: spec(500, 'generation', 'server_error', 'Request failed during generation: {detail}'),
+  // 499 as nginx logs it: the client went away, so nobody reads this answer; it keeps a cancelled
+  // request out of the server-error logs and failure counts.
+  request_cancelled: spec(499, 'cancelled', 'invalid_request_error', 'The request was cancelled by the client'),
   internal_error: spec(500, 'internal', 'server_error', 'Internal error ({detail})'),
 
   // Adapters

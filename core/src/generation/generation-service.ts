@@ -43,6 +43,20 @@ export interface GenerationResult {
   readonly seed: bigint | null
   readonly prefill: readonly PrefillToken[]
   readonly tokens: readonly TextToken[]
+  /** The request's cap on new tokens (asked for, or what the context left). */
+  readonly maxNewTokens: number
+  /** Where the time went, for `loom_request_*_duration`. */
+  readonly timings: GenerationTimings
+}
+
+/** Seconds spent in each phase of a generation. */
+export interface GenerationTimings {
+  /** From `start` to the hand-over to the backend: authorization, adapter loading, templating, tokenizing. */
+  readonly validationS: number
+  /** Waiting in the backend's queue before the first step that included the request. */
+  readonly queueS: number
+  /** From the first step to the last token. */
+  readonly inferenceS: number
 }
 
 export type GenerationEvent = { type: 'token'; token: TextToken } | { type: 'end'; result: GenerationResult }
@@ -85,6 +99,7 @@ export class GenerationService {
   }
 
   async start(request: GenerationRequest, signal: AbortSignal): Promise<StartedGeneration> {
+    const startedAt = performance.now()
     const { backend, adapters, limits, templates } = this.#deps
     // Authorization starts first and runs while the prompt is templated and tokenized.
     const ref = request.adapter
@@ -136,7 +151,8 @@ export class GenerationService {
     const adapter = medusa === null ? acquiredHandle : null
     const speculator = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
     const sampled = request.sampling.temperature > 0
-    const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE()
+    // Drawn below 2^53: `details.seed` is a JSON number, and a client must be able to send it back.
+    const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE() % BigInt(Number.MAX_SAFE_INTEGER + 1)
     const backendRequest: BackendRequest = {
       id: `req-${++nextRequestId}`,
       inputIds,
@@ -150,12 +166,17 @@ export class GenerationService {
       prefillLogprobs: request.prefillLogprobs,
       signal,
     }
+    const submittedAt = performance.now()
     const stream = backend.submit(backendRequest)
     return {
       promptText,
       promptTokens: inputIds.length,
       adapter,
-      events: this.#textEvents(stream, request, inputIds, sampled ? seed : null),
+      events: this.#textEvents(stream, request, inputIds, sampled ? seed : null, {
+        maxNewTokens,
+        validationS: (submittedAt - startedAt) / 1000,
+        submittedAt,
+      }),
     }
   }
 
@@ -186,6 +207,7 @@ export class GenerationService {
     request: GenerationRequest,
     inputIds: readonly number[],
     seed: bigint | null,
+    submitted: { maxNewTokens: number; validationS: number; submittedAt: number },
   ): AsyncGenerator<GenerationEvent> {
     const { tokenizer } = this.#deps
     const decoder = tokenizer.createDecoder({ skipSpecialTokens: true })
@@ -195,6 +217,7 @@ export class GenerationService {
     let text = ''
     let skipped = 0
     let finish: FinishReason | null = null
+    let queueS = 0
 
     for await (const event of stream) {
       if (event.type === 'prefill') {
@@ -219,9 +242,9 @@ export class GenerationService {
         // Leaving the loop cancels the backend request (its KV blocks are freed at once).
         if (finish) break
       } else {
-        if (event.reason === 'cancelled')
-          throw new LoomError('generation_error', { detail: 'the request was cancelled' })
+        if (event.reason === 'cancelled') throw new LoomError('request_cancelled')
         finish = event.reason
+        queueS = event.queueMs / 1000
         // Text held back (an incomplete character, a possible stop prefix) belongs to the last token.
         const rest = stops.push(decoder.flush()).emit + stops.flush()
         if (rest.length > 0) {
@@ -243,6 +266,12 @@ export class GenerationService {
         seed,
         prefill,
         tokens,
+        maxNewTokens: submitted.maxNewTokens,
+        timings: {
+          validationS: submitted.validationS,
+          queueS,
+          inferenceS: Math.max(0, (performance.now() - submitted.submittedAt) / 1000 - queueS),
+        },
       },
     }
   }

@@ -28,6 +28,9 @@ export function reportError(
   } else {
     request.log.info({ code: loomError.code, status: loomError.status, param: loomError.param }, loomError.message)
   }
-  if (request.routeOptions.config.generation === true) metrics.requestFailed(ERRORS[loomError.code].nativeType)
+  if (request.routeOptions.config.generation === true) {
+    if (loomError.code === 'request_cancelled') metrics.requestCancelled()
+    else metrics.requestFailed(ERRORS[loomError.code].nativeType)
+  }
   return loomError
 }

@@ -82,6 +82,8 @@ export interface Metrics {
   requestSucceeded(timings: RequestTimings): void
   /** A generation request failed (`loom_request_failure{err}`), labelled with its LoRAX error type. */
   requestFailed(errorType: NativeErrorType): void
+  /** A generation request the client abandoned before it finished (`loom_request_cancelled`). */
+  requestCancelled(): void
   /** One authorization check for an adapter of `source` (`loom_adapter_auth_checks{source,result}`). */
   authChecked(source: string, result: AuthCheckResult): void
   /** One adapter fetch from `source` (`loom_adapter_downloads{source,result}`). */
@@ -98,6 +100,7 @@ export interface MetricInstruments {
   readonly requestCount: Counter
   readonly requestSuccess: Counter
   readonly requestFailure: Counter<'err'>
+  readonly requestCancelled: Counter
   readonly requestDuration: Histogram
   readonly requestValidationDuration: Histogram
   readonly requestQueueDuration: Histogram
@@ -163,6 +166,7 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
     requestCount: counter('request_count', 'Generation requests received'),
     requestSuccess: counter('request_success', 'Generation requests that succeeded'),
     requestFailure: counter('request_failure', 'Generation requests that failed, by error type', ['err']),
+    requestCancelled: counter('request_cancelled', 'Generation requests the client abandoned before the end'),
     requestDuration: histogram('request_duration', 'Request duration in seconds', DURATION_BUCKETS),
     requestValidationDuration: histogram(
       'request_validation_duration',
@@ -244,6 +248,7 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
       if (t.maxNewTokens !== undefined) m.requestMaxNewTokens.observe(t.maxNewTokens)
     },
     requestFailed: (errorType) => m.requestFailure.inc({ err: safeLabel(errorType) }),
+    requestCancelled: () => m.requestCancelled.inc(),
     authChecked: (source, result) => m.adapterAuthChecks.inc({ source: safeLabel(source), result }),
     adapterDownloaded(source, result, durationS) {
       const label = safeLabel(source)

@@ -128,6 +128,8 @@ export class LoomServer {
               },
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),
+              // Steps start only once requests arrive, after `metrics` below exists.
+              onStep: (step) => metrics.batchStep(step.method, step.size, step.durationS, step.ok),
             })
       let server: LoomServer | null = null
       const metrics = createMetrics({

@@ -74,4 +74,14 @@ t.test('a disconnected stream frees its KV blocks', async (t) => {
   t.equal(stats().runningRequests, 0, 'the request left the batch')
   const metrics = await test.server.app.inject({ method: 'GET', url: '/metrics' })
   t.match(metrics.body, new RegExp(`loom_kv_blocks_free ${total}\\b`), '/metrics reports the freed blocks')
+  // A client hanging up is not a server failure: counted apart, logged below error level.
+  const deadline2 = Date.now() + 2000
+  while (!test.logs.some((l) => l.includes('cancelled by the client')) && Date.now() < deadline2) await sleep(10)
+  const after = await test.server.app.inject({ method: 'GET', url: '/metrics' })
+  t.match(after.body, /^loom_request_cancelled 1$/m, 'counted in loom_request_cancelled')
+  t.notMatch(after.body, /^loom_request_failure\{/m, 'not counted as a failure')
+  const lines = test.logs.flatMap((chunk) => chunk.split('\n')).filter((l) => l.includes('cancelled by the client'))
+  t.equal(lines.length, 1, 'logged once')
+  t.match(JSON.parse(lines[0]!), { level: 30 }, 'at info level, without a stack trace')
+  t.notMatch(lines[0]!, /"stack"/)
 })
