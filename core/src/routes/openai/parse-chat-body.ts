@@ -49,9 +49,10 @@ function parseMessages(raw: unknown): ChatMessage[] {
       throw fieldError(`${path}.tool_calls`, 'is not supported by this server', m.tool_calls)
     const name = optionalString(m, 'name', `${path}.name`)
     const content = messageContent(m.content, `${path}.content`)
-    return name === undefined
-      ? { role: role as ChatMessage['role'], content }
-      : { role: role as ChatMessage['role'], content, name }
+    // OpenAI renamed `system` to `developer`; chat templates written for open models know only
+    // `system` (many raise on any other role), so both reach the template as `system`.
+    const templateRole = (role === 'developer' ? 'system' : role) as ChatMessage['role']
+    return name === undefined ? { role: templateRole, content } : { role: templateRole, content, name }
   })
 }
 
