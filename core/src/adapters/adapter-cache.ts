@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto'
-import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AdapterSource, SourceContext } from '../contracts/adapter-source.ts'
@@ -16,9 +16,20 @@ const IDENTITY_FILE = '.loom-adapter.json'
 const PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 const PROGRESS_EVERY_MS = 2000
 
-/** Turn an id into one safe path segment (ids may hold `/`, `@`, `:`). */
-function segment(text: string): string {
-  return encodeURIComponent(text).replace(/%/g, '_')
+/** Longest path segment `segment` returns (file systems allow 255 bytes). */
+const MAX_SEGMENT = 160
+
+/**
+ * Turn an id into one safe path segment (ids may hold `/`, `@`, `:`), injectively: two ids never
+ * share a directory, or one tenant's adapter could be served as another's. Percent-encoding is
+ * injective; `%` becomes `_`, so `_` itself (and `.`, which could make `.` or `..`) is encoded
+ * first: `encodeURIComponent` never emits `%5F` or `%2E`, so no other input maps to those
+ * codes. Long ids keep a readable prefix and a hash (`+` never occurs otherwise).
+ */
+export function cacheSegment(text: string): string {
+  const encoded = encodeURIComponent(text).replace(/_/g, '%5F').replace(/\./g, '%2E').replace(/%/g, '_')
+  if (encoded.length <= MAX_SEGMENT) return encoded
+  return `${encoded.slice(0, MAX_SEGMENT - 65)}+${createHash('sha256').update(text).digest('hex')}`
 }
 
 export interface AdapterCacheOptions {
@@ -49,31 +60,17 @@ export class AdapterCache {
 
   /** The directory an adapter's files live in once cached. */
   pathFor(resolved: ResolvedAdapter): string {
-    return join(this.#options.root, segment(resolved.source), segment(resolved.id), segment(resolved.revision))
+    return join(
+      this.#options.root,
+      cacheSegment(resolved.source),
+      cacheSegment(resolved.id),
+      cacheSegment(resolved.revision),
+    )
   }
 
   /** Abort downloads in flight (server shutdown). */
   close(): void {
     this.#closed.abort(new Error('the server is shutting down'))
-  }
-
-  /** Every complete adapter in the cache (from earlier runs too). */
-  async listCached(): Promise<{ source: string; id: string; revision: string }[]> {
-    const entries = await readdir(this.#options.root, { recursive: true }).catch(() => [] as string[])
-    const found = []
-    for (const entry of entries) {
-      if (!entry.endsWith(IDENTITY_FILE) || entry.startsWith('.tmp')) continue
-      const dir = join(this.#options.root, entry, '..')
-      if (!(await isComplete(dir))) continue
-      const text = await readFile(join(this.#options.root, entry), 'utf8').catch(() => null)
-      if (text === null) continue
-      try {
-        found.push(JSON.parse(text) as { source: string; id: string; revision: string })
-      } catch {
-        // A damaged identity file only hides the entry from listings; the cache still works.
-      }
-    }
-    return found
   }
 
   /** Return the cached directory, downloading it first if needed. */
@@ -83,8 +80,16 @@ export class AdapterCache {
     const pending = this.#inflight.get(dir)
     if (pending) return pending
     if (await isComplete(dir)) {
-      this.#options.metrics?.adapterDownloaded(resolved.source, 'cached')
-      return dir
+      if (await holds(dir, resolved)) {
+        this.#options.metrics?.adapterDownloaded(resolved.source, 'cached')
+        return dir
+      }
+      // Written by something else (an older naming scheme, a hand edit): never serve it as this adapter.
+      this.#options.logger.warn(
+        { adapter: resolved.id, source: resolved.source, dir },
+        'cached adapter directory holds another adapter; downloading again',
+      )
+      await rm(dir, { recursive: true, force: true })
     }
     // Re-check: another request may have started the download while we looked at the disk.
     const raced = this.#inflight.get(dir)
@@ -127,7 +132,7 @@ export class AdapterCache {
 
   /** One download into a fresh temporary directory, verified, then renamed into place. */
   async #attempt(resolved: ResolvedAdapter, source: AdapterSource, ctx: SourceContext, dir: string): Promise<void> {
-    const tmp = join(this.#options.root, '.tmp', `${segment(resolved.id)}-${randomBytes(6).toString('hex')}`)
+    const tmp = join(this.#options.root, '.tmp', `${cacheSegment(resolved.id)}-${randomBytes(6).toString('hex')}`)
     await mkdir(tmp, { recursive: true })
     const stopProgress = this.#reportProgress(resolved, tmp)
     try {
@@ -183,6 +188,18 @@ function isTransient(err: unknown): boolean {
   }
   // Anything else (a socket reset, a source bug) is worth one more try, unless the request was aborted.
   return !(err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError'))
+}
+
+/** Whether the identity file in `dir` names exactly `resolved`. */
+async function holds(dir: string, resolved: ResolvedAdapter): Promise<boolean> {
+  const text = await readFile(join(dir, IDENTITY_FILE), 'utf8').catch(() => null)
+  if (text === null) return false
+  try {
+    const identity = JSON.parse(text) as Record<string, unknown>
+    return identity.source === resolved.source && identity.id === resolved.id && identity.revision === resolved.revision
+  } catch {
+    return false
+  }
 }
 
 async function isComplete(dir: string): Promise<boolean> {

@@ -65,21 +65,28 @@ export class AdapterManager {
   }
 
   /**
-   * Adapters this server knows: resolved since start, in the disk cache, and offered by sources
-   * that can list theirs (local roots). One entry per (source, id), newest knowledge first.
+   * Adapters this server offers to every caller, for `/v1/models`: those its listing sources offer
+   * (directories under the local roots) and `preloaded` ones (named in its configuration), with
+   * their revision once resolved. Adapters callers fetched from other sources (hub, pbase, S3)
+   * are not listed: they may be private, and a caller must not learn which private adapters
+   * someone else used.
    */
-  async known(): Promise<KnownAdapter[]> {
+  async known(preloaded: readonly AdapterRef[] = []): Promise<KnownAdapter[]> {
+    const revisions = new Map<string, string>()
+    for (const { value } of this.#resolved.values()) revisions.set(`${value.source}\0${value.id}`, value.revision)
     const byKey = new Map<string, KnownAdapter>()
-    const add = (a: KnownAdapter) => {
-      const key = `${a.source}\0${a.id}`
-      if (!byKey.has(key)) byKey.set(key, a)
+    const add = (source: string, id: string) => {
+      const key = `${source}\0${id}`
+      if (!byKey.has(key)) byKey.set(key, { source, id, revision: revisions.get(key) ?? null })
     }
-    for (const { value } of this.#resolved.values())
-      add({ source: value.source, id: value.id, revision: value.revision })
-    for (const cached of await this.#deps.cache.listCached()) add(cached)
+    for (const ref of preloaded) {
+      // Listed under the id it resolved to (a local id is canonicalized), else as configured.
+      const resolved = this.#resolved.get(`${ref.source}\0${ref.id}`)?.value
+      add(ref.source, resolved?.id ?? ref.id)
+    }
     for (const source of this.#deps.sources.values()) {
       const ids = (await source.list?.().catch(() => [])) ?? []
-      for (const id of ids) add({ source: source.name, id, revision: null })
+      for (const id of ids) add(source.name, id)
     }
     return [...byKey.values()]
   }

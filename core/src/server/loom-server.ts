@@ -235,12 +235,15 @@ export class LoomServer {
       constraints,
     })
     // Preloaded adapters are fetched with the server's own credentials (sources may have a global token).
-    for (const entry of config.adapters.preload) {
-      const ref = { source: entry.source ?? config.adapters.default_source, id: entry.id }
+    const preloaded = config.adapters.preload.map((entry) => ({
+      source: entry.source ?? config.adapters.default_source,
+      id: entry.id,
+    }))
+    for (const ref of preloaded) {
       const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
       logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
     }
-    this.#state = { generation, limits, knownAdapters: () => adapters.known() }
+    this.#state = { generation, limits, knownAdapters: () => adapters.known(preloaded) }
     this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
   }
 

@@ -90,6 +90,17 @@ t.test('an adapter from the example http-files source generates like the local c
   t.equal(unknown.status, 422)
   t.match(unknown.body.error, /Unknown adapter_source `nope`; this server knows: local, team-files/)
 
+  // What a caller fetched from a non-listing source may be private to it: /v1/models does not
+  // tell others about it.
+  const models = (await test.server.app.inject({ method: 'GET', url: '/v1/models' })).json() as {
+    data: { id: string; adapter_source?: string; revision?: string | null }[]
+  }
+  t.notOk(
+    models.data.some((m) => m.adapter_source === 'team-files'),
+    'the adapter used from team-files is not listed',
+  )
+  t.equal(models.data[0]!.id, 'test-model', 'the base model is listed first')
+
   const logs = test.logs.join('')
   t.match(logs, /incoming request/, 'request logs were captured')
   t.notMatch(logs, SECRET, 'the token never appears in the logs')
