@@ -2,6 +2,19 @@ import type { ResponseFormat } from '../contracts/grammar.ts'
 import { fieldError } from '../errors/index.ts'
 import { expectObject, optionalBoolean, optionalString } from '../validation/fields.ts'
 
+/** OpenAI's rule for `json_schema.name`. */
+const SCHEMA_NAME = /^[a-zA-Z0-9_-]{1,64}$/
+
+/** The schema's name: optional here (LoRAX clients omit it), but held to OpenAI's rule when sent. */
+function schemaName(spec: Readonly<Record<string, unknown>>, path: string): string {
+  const name = optionalString(spec, 'name', path)
+  if (name === undefined) return 'schema'
+  if (!SCHEMA_NAME.test(name)) {
+    throw fieldError(path, 'must be 1 to 64 characters from a-z, A-Z, 0-9, "_" and "-"', name)
+  }
+  return name
+}
+
 /**
  * `response_format` as both API families send it: `{type: "text"}` (no constraint),
  * `{type: "json_object", schema?}` (LoRAX's extension keeps `schema`), or
@@ -29,7 +42,7 @@ export function parseResponseFormat(raw: unknown, path: string): ResponseFormat 
         }
       }
       const spec = expectObject(body.json_schema, `${path}.json_schema`)
-      const name = optionalString(spec, 'name', `${path}.json_schema.name`) ?? 'schema'
+      const name = schemaName(spec, `${path}.json_schema.name`)
       const schema = spec.schema === undefined ? {} : expectObject(spec.schema, `${path}.json_schema.schema`)
       const strict = optionalBoolean(spec, 'strict', `${path}.json_schema.strict`) ?? false
       return { type: 'json_schema', name, schema, strict }

@@ -9,9 +9,19 @@ import {
   rejectUnknownKeys,
 } from '../../validation/fields.ts'
 import { parseResponseFormat } from '../parse-response-format.ts'
+import { openAiBody } from './openai-body.ts'
 import { COMMON_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
 
-const CHAT_FIELDS = new Set([...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'response_format'])
+/** OpenAI fields this server cannot honour: refused when set, ignored when absent or null. */
+const UNSUPPORTED_FIELDS = ['tools', 'tool_choice', 'functions', 'function_call']
+const CHAT_FIELDS = new Set([
+  ...COMMON_FIELDS,
+  ...UNSUPPORTED_FIELDS,
+  'messages',
+  'max_completion_tokens',
+  'top_logprobs',
+  'response_format',
+])
 const ROLES = new Set(['system', 'developer', 'user', 'assistant'])
 
 export interface ChatRequest extends OpenAiCommon {
@@ -45,7 +55,7 @@ function parseMessages(raw: unknown): ChatMessage[] {
     if (role === undefined || !ROLES.has(role)) {
       throw fieldError(`${path}.role`, 'must be one of "system", "developer", "user", "assistant"', m.role)
     }
-    if (m.tool_calls !== undefined)
+    if (m.tool_calls !== undefined && m.tool_calls !== null)
       throw fieldError(`${path}.tool_calls`, 'is not supported by this server', m.tool_calls)
     const name = optionalString(m, 'name', `${path}.name`)
     const content = messageContent(m.content, `${path}.content`)
@@ -58,10 +68,9 @@ function parseMessages(raw: unknown): ChatMessage[] {
 
 /** Parse a `/v1/chat/completions` body. */
 export function parseChatBody(raw: unknown, ctx: OpenAiParseContext): ChatRequest {
-  const body = expectObject(raw, 'body')
-  for (const field of ['tools', 'tool_choice', 'functions', 'function_call']) {
-    if (body[field] !== undefined && body[field] !== null)
-      throw fieldError(field, 'is not supported by this server', body[field])
+  const body = openAiBody(raw)
+  for (const field of UNSUPPORTED_FIELDS) {
+    if (body[field] !== undefined) throw fieldError(field, 'is not supported by this server', body[field])
   }
   rejectUnknownKeys(body, CHAT_FIELDS, '')
   const tokensField = body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens'

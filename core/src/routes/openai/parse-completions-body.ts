@@ -1,6 +1,7 @@
 import { LoomError, fieldError } from '../../errors/index.ts'
 import type { GenerationRequest } from '../../generation/generation-request.ts'
-import { expectObject, optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../validation/fields.ts'
+import { optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../validation/fields.ts'
+import { openAiBody } from './openai-body.ts'
 import { COMMON_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
 
 const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'echo', 'suffix', 'best_of'])
@@ -16,8 +17,8 @@ export interface CompletionsRequest extends OpenAiCommon {
 
 /** Parse a `/v1/completions` body: `prompt` is a string or an array of strings; no template is applied. */
 export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): CompletionsRequest {
-  const body = expectObject(raw, 'body')
-  if (body.response_format !== undefined && body.response_format !== null) {
+  const body = openAiBody(raw)
+  if (body.response_format !== undefined) {
     throw new LoomError(
       'bad_request',
       { detail: '`response_format` is supported on /v1/chat/completions only; use that endpoint for JSON output' },
@@ -25,8 +26,7 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
     )
   }
   rejectUnknownKeys(body, COMPLETION_FIELDS, '')
-  if (body.suffix !== undefined && body.suffix !== null)
-    throw fieldError('suffix', 'is not supported by this server', body.suffix)
+  if (body.suffix !== undefined) throw fieldError('suffix', 'is not supported by this server', body.suffix)
   optionalNumber(body, 'best_of', 'best_of', { integer: true, min: 1, max: 1 })
   const prompt = body.prompt
   const prompts = typeof prompt === 'string' ? [prompt] : prompt

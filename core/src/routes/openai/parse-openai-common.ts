@@ -10,6 +10,7 @@ import {
   optionalStringList,
   type Body,
 } from '../../validation/fields.ts'
+import { checkIgnoredFields, IGNORED_FIELDS } from './parse-ignored-fields.ts'
 
 /** What both v1 endpoints need to know about the server. */
 export interface OpenAiParseContext {
@@ -28,9 +29,6 @@ export interface OpenAiCommon {
   readonly includeUsage: boolean
   readonly generation: Omit<GenerationRequest, 'prompt' | 'responseFormat' | 'topLogprobs' | 'prefillLogprobs'>
 }
-
-/** Fields OpenAI clients commonly send that change nothing here; accepted and ignored. */
-export const IGNORED_FIELDS = ['user', 'metadata', 'store', 'service_tier', 'parallel_tool_calls']
 
 /** Fields both endpoints accept: OpenAI's shared sampling fields, Loom / LoRAX extensions, ignored ones. */
 export const COMMON_FIELDS = [
@@ -64,6 +62,7 @@ export const COMMON_FIELDS = [
  * LoRAX extension field, defaulting to the server's default source).
  */
 export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokensField: string): OpenAiCommon {
+  checkIgnoredFields(body)
   const model = optionalString(body, 'model', 'model')
   if (model === undefined) throw fieldError('model', 'is required (the model id, or an adapter id)', body.model)
   const adapterSource = optionalString(body, 'adapter_source', 'adapter_source', { nonEmpty: true })
