@@ -9,30 +9,55 @@ export function ebnfTokenEnd(text: string, start: number): number {
   return Math.min(j, text.length)
 }
 
+/** One piece of an EBNF grammar: a quoted literal, a character class, a comment, or the rest. */
+export interface EbnfSegment {
+  readonly kind: 'literal' | 'class' | 'comment' | 'other'
+  /** The piece's text: quotes or brackets included; a comment runs to (not including) its newline. */
+  readonly text: string
+}
+
 /**
- * The one scan of an EBNF grammar that the grammar rewrites share: each quoted literal and each
- * character class is passed to `rewrite` (quotes or brackets included) and replaced by what it
- * returns; comments (`#` to the end of the line) and everything else are copied as they are. A
- * literal ends at the next unescaped quote, a class at the next unescaped bracket.
+ * The one scan of an EBNF grammar that the grammar rewrites share. A literal ends at the next
+ * unescaped quote, a class at the next unescaped bracket, a comment (`#`) at the end of the line;
+ * everything between them (rule names, operators, whitespace) comes as one `other` piece.
+ * Joining the pieces' text gives `ebnf` back.
  */
-export function mapEbnfTokens(ebnf: string, rewrite: (token: string, kind: 'literal' | 'class') => string): string {
-  let out = ''
+export function ebnfSegments(ebnf: string): EbnfSegment[] {
+  const segments: EbnfSegment[] = []
+  let other = 0
   let i = 0
+  const flushOther = (): void => {
+    if (other < i) segments.push({ kind: 'other', text: ebnf.slice(other, i) })
+  }
   while (i < ebnf.length) {
     const ch = ebnf[i]!
+    let end: number
+    let kind: EbnfSegment['kind']
     if (ch === '"' || ch === '[') {
-      const j = ebnfTokenEnd(ebnf, i)
-      out += rewrite(ebnf.slice(i, j + 1), ch === '"' ? 'literal' : 'class')
-      i = j + 1
+      end = ebnfTokenEnd(ebnf, i) + 1
+      kind = ch === '"' ? 'literal' : 'class'
     } else if (ch === '#') {
-      const end = ebnf.indexOf('\n', i)
-      const stop = end < 0 ? ebnf.length : end
-      out += ebnf.slice(i, stop)
-      i = stop
+      const newline = ebnf.indexOf('\n', i)
+      end = newline < 0 ? ebnf.length : newline
+      kind = 'comment'
     } else {
-      out += ch
       i++
+      continue
     }
+    flushOther()
+    segments.push({ kind, text: ebnf.slice(i, end) })
+    i = other = end
   }
-  return out
+  flushOther()
+  return segments
+}
+
+/**
+ * Each quoted literal and each character class of `ebnf` passed to `rewrite` (quotes or brackets
+ * included) and replaced by what it returns; comments and everything else are copied as they are.
+ */
+export function mapEbnfTokens(ebnf: string, rewrite: (token: string, kind: 'literal' | 'class') => string): string {
+  return ebnfSegments(ebnf)
+    .map(({ kind, text }) => (kind === 'literal' || kind === 'class' ? rewrite(text, kind) : text))
+    .join('')
 }

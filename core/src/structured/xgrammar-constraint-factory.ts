@@ -9,6 +9,7 @@ import type { CompiledGrammar, GrammarCompiler, TokenizerInfo } from '@mlc-ai/we
 import type { ResponseFormat, TokenConstraintFactory } from '../contracts/grammar.ts'
 import { LoomError } from '../errors/index.ts'
 import { canonicalSchemaJson } from './canonical-json.ts'
+import { boundJsonWhitespace } from './bound-json-whitespace.ts'
 import { CompiledGrammarCache } from './compiled-grammar-cache.ts'
 import { grammarUnsupportedError } from './compile-error.ts'
 import { intervalGrammar, IntervalUnsupportedError } from './decimal-interval-grammar.ts'
@@ -34,8 +35,9 @@ export interface XGrammarConstraintFactoryOptions {
   /** Compiled grammars kept (least recently used evicted). Default 64. */
   readonly cacheSize?: number
   /**
-   * Longest run of whitespace allowed between JSON elements (XGrammar's `max_whitespace_cnt`):
-   * enough for pretty-printed output, not enough for a model to loop on blanks. Default 24.
+   * Longest run of whitespace allowed between JSON elements (XGrammar's `max_whitespace_cnt`, and
+   * Loom's bound on the free-form JSON rules XGrammar leaves unbounded): enough for pretty-printed
+   * output, not enough for a model to loop on blanks. A positive integer; default 24.
    */
   readonly maxWhitespace?: number
 }
@@ -71,7 +73,8 @@ interface Runtime {
 
 /**
  * `json_object` without a schema: any JSON object (XGrammar's non-strict object, whose values are
- * any JSON). OpenAI's JSON mode and LoRAX both promise an object, not any JSON value.
+ * any JSON; its whitespace bounded like a schema's by `boundJsonWhitespace`). OpenAI's JSON mode
+ * and LoRAX both promise an object, not any JSON value.
  */
 const ANY_OBJECT: CompileRequest = { key: 'any-object', schema: '{"type":"object"}', splices: new Map(), strict: false }
 
@@ -108,6 +111,10 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     this.eosTokenIds = [...options.eosTokenIds]
     this.#cacheSize = options.cacheSize ?? 64
     this.#maxWhitespace = options.maxWhitespace ?? 24
+    // XGrammar refuses 0 ("max_whitespace_cnt must be positive") at compile time; refuse it here.
+    if (!Number.isInteger(this.#maxWhitespace) || this.#maxWhitespace < 1) {
+      throw new RangeError(`maxWhitespace ${this.#maxWhitespace} is not a positive integer`)
+    }
   }
 
   /**
@@ -176,7 +183,8 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
       const { api } = runtime.xgrammar
       const { value } = await runtime.xgrammar.captureOutput(async () => {
         // Any whitespace between elements (models write JSON both ways), default separators,
-        // bounded whitespace runs. Schema → EBNF → repaired EBNF + Loom's rules → compiled grammar.
+        // bounded whitespace runs (XGrammar bounds its schema rules, Loom its free-form JSON rules).
+        // Schema → EBNF → repaired EBNF + Loom's rules → compiled grammar.
         const toEbnf = async (schema: string): Promise<string> => {
           const fromSchema = await api.Grammar.fromJSONSchema(
             schema,
@@ -192,7 +200,7 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
             fromSchema.dispose()
           }
         }
-        const ebnf = sanitizeJsonGrammar(await toEbnf(request.schema))
+        const ebnf = boundJsonWhitespace(sanitizeJsonGrammar(await toEbnf(request.schema)), this.#maxWhitespace)
         const replacements = new Map<string, SplicedRules>()
         let index = 0
         for (const [marker, splice] of request.splices) {

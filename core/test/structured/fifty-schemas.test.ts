@@ -6,23 +6,16 @@
  */
 import t from 'tap'
 import { Ajv2020 } from 'ajv/dist/2020.js'
-import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
+import { SeededRandom } from '@loom/testkit'
 import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
-import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
 import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
 import type { LoomError } from '../../src/errors/index.ts'
-import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
-import { HfTokenizerLoader } from '../../src/tokenizer/index.ts'
 import { FIFTY_SCHEMAS } from './fifty-schemas.fixture.ts'
+import { paddedModel } from './padded-model.fixture.ts'
 
 const BUDGET = 400
 
-const dir = t.testdir()
-const config = await buildModel(dir, { vocabSize: 640 })
-const V: number = config.vocab_size
-const EOS = buildTokenizer().info.eosTokenId
-const tokenizer = (await new HfTokenizerLoader().load(dir)) as Tokenizer
-const factory = await XGrammarConstraintFactory.fromModelDir(dir, { vocabSize: V, eosTokenIds: [EOS] })
+const { vocabSize: V, eos: EOS, tokenizer, factory } = await paddedModel(t.testdir())
 const sampler = new TokenSampler(V)
 const ajv = new Ajv2020({ allErrors: true, strict: true })
 

@@ -1,22 +1,13 @@
 import t, { type Test } from 'tap'
-import { buildModel, buildTokenizer, SeededRandom } from '@loom/testkit'
+import { buildTokenizer, SeededRandom } from '@loom/testkit'
 import type { ResponseFormat, TokenConstraint } from '../../src/contracts/grammar.ts'
 import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
 import { SamplingState, TokenSampler } from '../../src/engine/index.ts'
 import { LoomError } from '../../src/errors/index.ts'
 import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
-import { HfTokenizerLoader } from '../../src/tokenizer/index.ts'
-import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
+import { paddedModel } from './padded-model.fixture.ts'
 
-// A testkit model: byte-level BPE tokenizer (561 ids) and an embedding padded past it, as real
-// models pad theirs (ids 561..639 exist in the logits but not in the tokenizer).
-const dir = t.testdir()
-const config = await buildModel(dir, { vocabSize: 640 })
-const info = buildTokenizer().info
-const V: number = config.vocab_size
-const EOS = info.eosTokenId
-const tokenizer = (await new HfTokenizerLoader().load(dir)) as Tokenizer
-const factory = await XGrammarConstraintFactory.fromModelDir(dir, { vocabSize: V, eosTokenIds: [EOS] })
+const { vocabSize: V, eos: EOS, info, tokenizer, factory } = await paddedModel(t.testdir())
 
 const PERSON = {
   type: 'object',
