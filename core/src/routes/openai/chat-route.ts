@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { chatTokenLogprob, completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
+import { toOpenAiLengthError } from './openai-length-errors.ts'
 import { parseChatBody } from './parse-chat-body.ts'
 import { choiceRequests, finishChoices, startChoices } from './run-choices.ts'
 import { recordSuccess, streamChoices } from './stream-choices.ts'
@@ -18,6 +19,7 @@ export function chatRoute(deps: OpenAiRouteDeps) {
           servingState(deps).generation,
           choiceRequests([chat.generation], chat.n),
           abort.signal,
+          (err) => toOpenAiLengthError(err, { maxTokens: chat.maxTokensField, prompt: 'messages' }),
         )
         const promptTokens = started[0]!.promptTokens
         const envelope = {

@@ -9,6 +9,7 @@ import type {
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
+import { toOpenAiLengthError } from './openai-length-errors.ts'
 import { parseCompletionsBody, type CompletionsRequest } from './parse-completions-body.ts'
 import { choiceRequests, finishChoices, startChoices } from './run-choices.ts'
 import { recordSuccess, streamChoices } from './stream-choices.ts'
@@ -52,6 +53,11 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
         servingState(deps).generation,
         choiceRequests(body.generations, body.n),
         abort.signal,
+        (err, index) =>
+          toOpenAiLengthError(err, {
+            maxTokens: body.maxTokensField,
+            prompt: body.promptFields[Math.floor(index / body.n)]!,
+          }),
       )
       const promptTokens = started.filter((_, i) => i % body.n === 0).reduce((sum, s) => sum + s.promptTokens, 0)
       const envelope = { id: completionId('cmpl'), object: 'text_completion', created: nowSeconds(), model: body.model }

@@ -8,6 +8,8 @@ const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'echo', 'suffix',
 
 export interface CompletionsRequest extends OpenAiCommon {
   readonly prompts: readonly string[]
+  /** The field naming each prompt in errors: `prompt`, or `prompt[i]` when a list was sent. */
+  readonly promptFields: readonly string[]
   readonly echo: boolean
   /** Number of alternatives per token to report, or null when `logprobs` was not asked for. */
   readonly logprobs: number | null
@@ -33,9 +35,9 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
   if (!Array.isArray(prompts) || prompts.length === 0 || prompts.some((p) => typeof p !== 'string')) {
     throw fieldError('prompt', 'must be a string or a non-empty array of strings', prompt)
   }
+  const promptFields = prompts.map((_, i) => (Array.isArray(prompt) ? `prompt[${i}]` : 'prompt'))
   prompts.forEach((p, i) => {
-    if ((p as string).length === 0)
-      throw fieldError(Array.isArray(prompt) ? `prompt[${i}]` : 'prompt', 'must not be empty', p)
+    if ((p as string).length === 0) throw fieldError(promptFields[i]!, 'must not be empty', p)
   })
   const common = parseOpenAiCommon(body, ctx, 'max_tokens')
   const echo = optionalBoolean(body, 'echo', 'echo') ?? false
@@ -46,6 +48,7 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
   return {
     ...common,
     prompts: prompts as string[],
+    promptFields,
     echo,
     logprobs,
     generations: (prompts as string[]).map((text) => ({

@@ -27,6 +27,8 @@ export interface OpenAiCommon {
   readonly n: number
   readonly stream: boolean
   readonly includeUsage: boolean
+  /** The field that limited the completion's length (`max_tokens`, `max_completion_tokens`), for errors. */
+  readonly maxTokensField: string
   readonly generation: Omit<GenerationRequest, 'prompt' | 'responseFormat' | 'topLogprobs' | 'prefillLogprobs'>
 }
 
@@ -113,6 +115,7 @@ export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokens
     n,
     stream,
     includeUsage,
+    maxTokensField,
     generation: {
       requestedModel: model,
       includeStopSequence: false,

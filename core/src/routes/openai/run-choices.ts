@@ -27,21 +27,23 @@ export function choiceRequests(requests: readonly GenerationRequest[], n: number
 /**
  * Start every choice. They run concurrently (and batch together); if one fails to start, the others
  * are cancelled and the first error is thrown, so the client gets one clean error status.
+ * `describeError` re-addresses that error to the request that failed (its index in `requests`).
  */
 export async function startChoices(
   service: GenerationService,
   requests: readonly GenerationRequest[],
   signal: AbortSignal,
+  describeError: (err: unknown, index: number) => unknown = (err) => err,
 ): Promise<StartedGeneration[]> {
   const controller = new AbortController()
   const onAbort = () => controller.abort(signal.reason)
   signal.addEventListener('abort', onAbort, { once: true })
   const settled = await Promise.allSettled(requests.map((r) => service.start(r, controller.signal)))
-  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected')
-  if (failed) {
+  const failed = settled.findIndex((s) => s.status === 'rejected')
+  if (failed >= 0) {
     controller.abort()
     signal.removeEventListener('abort', onAbort)
-    throw failed.reason
+    throw describeError((settled[failed] as PromiseRejectedResult).reason, failed)
   }
   return settled.map((s) => (s as PromiseFulfilledResult<StartedGeneration>).value)
 }
