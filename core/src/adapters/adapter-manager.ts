@@ -93,11 +93,16 @@ export class AdapterManager {
 
   /**
    * Start authorizing `ref` for `token` now; the returned promise is awaited by the caller before the
-   * request joins a batch. Resolves only when access is allowed.
+   * request joins a batch. Resolves only when access is allowed, with the token to fetch with
+   * (`undefined` when a header token was not needed: see `AuthGate.authorize`).
    */
-  authorize(ref: AdapterRef, token: string | undefined): Promise<void> {
+  authorize(
+    ref: AdapterRef,
+    token: string | undefined,
+    options: { fromHeader?: boolean } = {},
+  ): Promise<string | undefined> {
     this.#source(ref)
-    return this.#deps.auth.authorize(ref, token)
+    return this.#deps.auth.authorize(ref, token, options)
   }
 
   /** Resolve, fetch (once) and load `ref`; does not authorize (see `authorize`). */

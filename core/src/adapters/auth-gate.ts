@@ -29,8 +29,31 @@ export class AuthGate {
     this.#options = options
   }
 
-  /** Resolves when `token` may read `ref`; rejects with `auth_*` otherwise. */
-  async authorize(ref: AdapterRef, token: string | undefined): Promise<void> {
+  /**
+   * Resolves with the token the source may be sent for `ref` when the caller may read it; rejects
+   * with `auth_*` otherwise. A `fromHeader` token (an `Authorization: Bearer` value, which may be
+   * an OpenAI SDK's api key or a gateway's credential rather than a hub token) is sent to the
+   * source only when the adapter cannot be read without it: anonymous access is tried first and,
+   * when it is allowed, the result is `undefined`, so the key never leaves the server for a
+   * public adapter and an unrelated key cannot make a public adapter fail.
+   */
+  async authorize(
+    ref: AdapterRef,
+    token: string | undefined,
+    options: { fromHeader?: boolean } = {},
+  ): Promise<string | undefined> {
+    if (options.fromHeader && token !== undefined && this.#options.checkers.has(ref.source)) {
+      const anonymous = await this.#check(ref, undefined).then(
+        () => true,
+        () => false,
+      )
+      if (anonymous) return undefined
+    }
+    await this.#check(ref, token)
+    return token
+  }
+
+  async #check(ref: AdapterRef, token: string | undefined): Promise<void> {
     const checker = this.#options.checkers.get(ref.source)
     if (!checker) return
     const key = `${ref.source}\0${ref.id}\0${createHash('sha256')

@@ -23,6 +23,11 @@ export interface GenerationRequest {
   readonly mergedAdapters?: MergedAdaptersRequest | null
   /** The caller's adapter token (`api_token` or `Authorization: Bearer`). Never logged. */
   readonly apiToken: string | undefined
+  /**
+   * `apiToken` came from the `Authorization` header, not the body: it may be an SDK's api key or a
+   * gateway credential, so a source sees it only for adapters that need a token.
+   */
+  readonly apiTokenFromHeader?: boolean
   readonly sampling: {
     readonly temperature: number
     readonly topK: number

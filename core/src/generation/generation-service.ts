@@ -105,15 +105,19 @@ export class GenerationService {
     const ref = request.adapter
     const merge = request.mergedAdapters ?? null
     // A merged adapter is authorized input by input, on every request (its cache key holds no token).
-    const authorized = merge
-      ? Promise.all(merge.inputs.map((input) => adapters.authorize(input, request.apiToken))).then(() => undefined)
+    const auth = { fromHeader: request.apiTokenFromHeader === true }
+    // Resolves with the token to fetch with (none when a header token was not needed).
+    const authorized: Promise<string | undefined> = merge
+      ? Promise.all(merge.inputs.map((input) => adapters.authorize(input, request.apiToken, auth))).then((tokens) =>
+          tokens.find((token) => token !== undefined),
+        )
       : ref
-        ? adapters.authorize(ref, request.apiToken)
-        : Promise.resolve()
+        ? adapters.authorize(ref, request.apiToken, auth)
+        : Promise.resolve(undefined)
     const loaded = merge
-      ? authorized.then(() => adapters.acquireMerged(merge, request.apiToken, signal))
+      ? authorized.then((token) => adapters.acquireMerged(merge, token, signal))
       : ref
-        ? authorized.then(() => adapters.acquire(ref, request.apiToken, signal))
+        ? authorized.then((token) => adapters.acquire(ref, token, signal))
         : Promise.resolve(null)
     // Awaited below; mark handled so an early validation error leaves no unobserved rejection.
     loaded.catch(() => undefined)

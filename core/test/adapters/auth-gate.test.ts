@@ -74,3 +74,24 @@ t.test('sources without a checker are open; a failing checker is auth_unavailabl
     message: 'Authorization for adapter `acme/poet` could not be checked: hub unreachable',
   })
 })
+
+t.test('a header token reaches the source only when the adapter needs one', async (t) => {
+  // Public: anonymous access is allowed, so an SDK api key in the header is never sent.
+  const pub = checker((token) =>
+    token === undefined ? { allowed: true } : { allowed: false, reason: 'invalid', message: 'unknown token' },
+  )
+  const gate = new AuthGate({ checkers: new Map([['hub', pub.impl]]), ttlSeconds: 0 })
+  t.equal(await gate.authorize(ref, 'sk-gateway-key', { fromHeader: true }), undefined, 'fetch without a token')
+  t.same(pub.calls, [undefined], 'the key was never sent')
+  // The same key in the body is the caller's adapter token: checked as sent, and refused.
+  await t.rejects(gate.authorize(ref, 'sk-gateway-key'), { code: 'auth_invalid' })
+
+  // Private: anonymous is refused, so the header token is tried and used for the fetch.
+  const priv = checker((token) =>
+    token === 'hf_ok' ? { allowed: true } : { allowed: false, reason: token ? 'invalid' : 'missing', message: 'no' },
+  )
+  const gate2 = new AuthGate({ checkers: new Map([['hub', priv.impl]]), ttlSeconds: 0 })
+  t.equal(await gate2.authorize(ref, 'hf_ok', { fromHeader: true }), 'hf_ok')
+  t.same(priv.calls, [undefined, 'hf_ok'])
+  await t.rejects(gate2.authorize(ref, 'sk-other', { fromHeader: true }), { code: 'auth_invalid' })
+})

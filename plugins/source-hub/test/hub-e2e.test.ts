@@ -101,6 +101,19 @@ t.test('adapters from the hub over /generate', async (t) => {
     t.equal(forbidden.body.error_type, 'forbidden')
   })
 
+  await t.test(
+    'an unrelated Authorization key (an SDK api key) neither reaches the hub nor breaks a public adapter',
+    async (t) => {
+      const sdkKey = 'sk-any-gateway-key-1234'
+      const res = await generate(fromHub('acme/poet'), { authorization: `Bearer ${sdkKey}` })
+      t.equal(res.status, 200, JSON.stringify(res.body))
+      t.notOk(
+        hub.requests.some((r) => r.token === sdkKey),
+        'no request to the hub carried the key',
+      )
+    },
+  )
+
   await t.test('(c) a token revoked after its adapter was cached is refused at once, nothing runs', async (t) => {
     const warm = await generate(fromHub('acme/secret', { api_token: PLAIN }))
     t.equal(warm.status, 200)

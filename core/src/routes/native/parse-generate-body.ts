@@ -119,7 +119,8 @@ export function parseGenerateBody(
   const adapterSource = optionalIdentifier(p, 'adapter_source', at('adapter_source'), MAX_SOURCE_NAME_LENGTH, {
     nonEmpty: true,
   })
-  const apiToken = optionalCredential(p, 'api_token', at('api_token')) ?? options.bearerToken
+  const bodyToken = optionalCredential(p, 'api_token', at('api_token'))
+  const apiToken = bodyToken ?? options.bearerToken
   const adapter =
     adapterId === undefined || adapterId === ''
       ? null
@@ -144,6 +145,7 @@ export function parseGenerateBody(
       adapter,
       mergedAdapters,
       apiToken,
+      apiTokenFromHeader: bodyToken === undefined && apiToken !== undefined,
       sampling: {
         temperature: sampling ? (temperature ?? 1) : 0,
         topK: sampling ? (topK ?? 0) : 0,
