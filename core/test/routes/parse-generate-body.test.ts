@@ -135,3 +135,21 @@ t.test('adapter ids and sources are bounded and free of control characters', asy
     id: '中文/适配器',
   })
 })
+
+t.test('unsupported LoRAX options are accepted only at their default, and say they are unsupported', async (t) => {
+  t.doesNotThrow(() => parse({ inputs: 'x', parameters: { best_of: 1, return_k_alternatives: 0 } }))
+  t.throws(() => parse({ inputs: 'x', parameters: { best_of: 2 } }), {
+    message: /`parameters.best_of` is not supported by this server \(only 1, the default\); received 2/,
+  })
+  t.throws(() => parse({ inputs: 'x', parameters: { return_k_alternatives: 3 } }), {
+    message: /`parameters.return_k_alternatives` is not supported by this server/,
+  })
+})
+
+t.test('merge weights are bounded so the merged factors stay finite', async (t) => {
+  t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b'], weights: [1e308, 1] } } }), {
+    code: 'validation_error',
+    param: 'parameters.merged_adapters.weights[0]',
+    message: /between -1000000 and 1000000/,
+  })
+})

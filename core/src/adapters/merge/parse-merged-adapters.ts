@@ -28,6 +28,9 @@ import {
 /** Inputs one request may merge: each is read and densified per module, so the cost grows with it. */
 export const MAX_MERGED_ADAPTERS = 16
 
+/** Largest weight magnitude a merge accepts. */
+const MAX_MERGE_WEIGHT = 1e6
+
 const FIELDS = new Set(['ids', 'weights', 'merge_strategy', 'density', 'majority_sign_method', 'seed'])
 
 function oneOf<T extends string>(
@@ -74,6 +77,13 @@ export function parseMergedAdapters(raw: unknown, path: string, source: string):
   if (!Array.isArray(weights) || weights.some((w) => typeof w !== 'number' || !Number.isFinite(w))) {
     throw fieldError(`${path}.weights`, 'must be an array of finite numbers', weights)
   }
+  // Bounded so the merged factors stay finite in f32 (1e308 passed the check above and failed
+  // later, as an adapter-load error naming no field).
+  weights.forEach((w: number, i) => {
+    if (Math.abs(w) > MAX_MERGE_WEIGHT) {
+      throw fieldError(`${path}.weights[${i}]`, `must be between -${MAX_MERGE_WEIGHT} and ${MAX_MERGE_WEIGHT}`, w)
+    }
+  })
   if (weights.length !== ids.length) {
     throw fieldError(
       `${path}.weights`,

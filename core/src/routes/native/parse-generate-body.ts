@@ -75,8 +75,17 @@ export function parseGenerateBody(
 
   // Recognised LoRAX fields this server does not implement: accepted only at their neutral values,
   // so a client relying on them gets a clear 422 instead of silently different behaviour.
-  optionalNumber(p, 'best_of', at('best_of'), { integer: true, min: 1, max: 1 })
-  optionalNumber(p, 'return_k_alternatives', at('return_k_alternatives'), { integer: true, min: 0, max: 0 })
+  // Accepted only at the value that means "off", so clients that always send them keep working.
+  if (![undefined, null, 1].includes(p.best_of as number | null | undefined)) {
+    throw fieldError(at('best_of'), 'is not supported by this server (only 1, the default)', p.best_of)
+  }
+  if (![undefined, null, 0].includes(p.return_k_alternatives as number | null | undefined)) {
+    throw fieldError(
+      at('return_k_alternatives'),
+      'is not supported by this server (only 0, the default)',
+      p.return_k_alternatives,
+    )
+  }
   if (optionalBoolean(p, 'watermark', at('watermark')) === true) {
     throw fieldError(at('watermark'), 'is not supported (must be false or absent)', true)
   }
