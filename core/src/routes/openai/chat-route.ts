@@ -19,7 +19,8 @@ export function chatRoute(deps: OpenAiRouteDeps) {
           servingState(deps).generation,
           choiceRequests([chat.generation], chat.n),
           abort.signal,
-          (err) => toOpenAiLengthError(err, { maxTokens: chat.maxTokensField, prompt: 'messages' }),
+          (err) =>
+            toOpenAiLengthError(err, { maxTokens: chat.maxTokensField, defaultMaxTokens: null, prompt: 'messages' }),
         )
         const promptTokens = started[0]!.promptTokens
         const envelope = {

@@ -10,7 +10,11 @@ import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
 import { toOpenAiLengthError } from './openai-length-errors.ts'
-import { parseCompletionsBody, type CompletionsRequest } from './parse-completions-body.ts'
+import {
+  COMPLETIONS_DEFAULT_MAX_TOKENS,
+  parseCompletionsBody,
+  type CompletionsRequest,
+} from './parse-completions-body.ts'
 import { choiceRequests, finishChoices, startChoices } from './run-choices.ts'
 import { recordSuccess, streamChoices } from './stream-choices.ts'
 
@@ -56,6 +60,7 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
         (err, index) =>
           toOpenAiLengthError(err, {
             maxTokens: body.maxTokensField,
+            defaultMaxTokens: body.maxTokensSent ? null : COMPLETIONS_DEFAULT_MAX_TOKENS,
             prompt: body.promptFields[Math.floor(index / body.n)]!,
           }),
       )

@@ -4,6 +4,8 @@ import { isLoomError, LoomError } from '../../errors/index.ts'
 export interface OpenAiLengthFields {
   /** `max_tokens`, or `max_completion_tokens` when the chat request limited itself with that. */
   readonly maxTokens: string
+  /** The length the endpoint used because the client sent no length field, or null when it sent one. */
+  readonly defaultMaxTokens: number | null
   /** The failing prompt's field: `messages`, `prompt`, or `prompt[2]` for one of a list. */
   readonly prompt: string
 }
@@ -21,9 +23,12 @@ export function toOpenAiLengthError(err: unknown, fields: OpenAiLengthFields): u
   if (!isLoomError(err) || err.code !== 'validation_error') return err
   const field = err.param === 'max_new_tokens' ? fields.maxTokens : err.param === 'inputs' ? fields.prompt : null
   if (field === null) return err
-  const expected = String(err.params.expected ?? '').replace(NATIVE_HINT, '')
+  let expected = String(err.params.expected ?? '').replace(NATIVE_HINT, '')
+  if (err.param === 'max_new_tokens' && fields.defaultMaxTokens !== null) {
+    // The client sent no length: say where the number came from and how to change it.
+    expected += ` (not sent, so its default ${fields.defaultMaxTokens} applies; send a smaller \`${field}\` or a shorter prompt)`
+  }
   // A chat prompt is counted after the template adds its role markers: say so, or the count surprises.
-  const counted =
-    err.param === 'inputs' && field === 'messages' ? `${expected} once the chat template is applied` : expected
-  return new LoomError('validation_error', { ...err.params, field, expected: counted }, { param: field, cause: err })
+  if (err.param === 'inputs' && field === 'messages') expected += ' once the chat template is applied'
+  return new LoomError('validation_error', { ...err.params, field, expected }, { param: field, cause: err })
 }

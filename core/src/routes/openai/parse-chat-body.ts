@@ -74,7 +74,8 @@ export function parseChatBody(raw: unknown, ctx: OpenAiParseContext): ChatReques
   }
   rejectUnknownKeys(body, CHAT_FIELDS, '')
   const tokensField = body.max_completion_tokens !== undefined ? 'max_completion_tokens' : 'max_tokens'
-  const common = parseOpenAiCommon(body, ctx, tokensField)
+  // Chat has no default length: OpenAI generates up to the context limit.
+  const common = parseOpenAiCommon(body, ctx, tokensField, null)
   const logprobs = optionalBoolean(body, 'logprobs', 'logprobs') ?? false
   const topLogprobs =
     optionalNumber(body, 'top_logprobs', 'top_logprobs', { integer: true, min: 0, max: ctx.limits.maxTopLogprobs }) ?? 0

@@ -4,6 +4,9 @@ import { optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../valida
 import { openAiBody } from './openai-body.ts'
 import { COMMON_FIELDS, parseOpenAiCommon, type OpenAiCommon, type OpenAiParseContext } from './parse-openai-common.ts'
 
+/** OpenAI's documented default `max_tokens` for `/v1/completions` (chat has none). */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
 const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'echo', 'suffix', 'best_of'])
 
 export interface CompletionsRequest extends OpenAiCommon {
@@ -39,7 +42,7 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
   prompts.forEach((p, i) => {
     if ((p as string).length === 0) throw fieldError(promptFields[i]!, 'must not be empty', p)
   })
-  const common = parseOpenAiCommon(body, ctx, 'max_tokens')
+  const common = parseOpenAiCommon(body, ctx, 'max_tokens', COMPLETIONS_DEFAULT_MAX_TOKENS)
   const echo = optionalBoolean(body, 'echo', 'echo') ?? false
   const logprobs = optionalNumber(body, 'logprobs', 'logprobs', { integer: true, min: 0, max: 5 }) ?? null
   if (echo && logprobs !== null && common.stream) {

@@ -29,6 +29,8 @@ export interface OpenAiCommon {
   readonly includeUsage: boolean
   /** The field that limited the completion's length (`max_tokens`, `max_completion_tokens`), for errors. */
   readonly maxTokensField: string
+  /** Whether that field was sent (else the endpoint's default applies). */
+  readonly maxTokensSent: boolean
   readonly generation: Omit<GenerationRequest, 'prompt' | 'responseFormat' | 'topLogprobs' | 'prefillLogprobs'>
 }
 
@@ -61,9 +63,15 @@ export const COMMON_FIELDS = [
  * Parse the fields both endpoints share. OpenAI semantics: sampling at temperature 1 unless told
  * otherwise; `temperature: 0` is greedy; `stop` is a string or up to `max_stop_sequences` strings;
  * `model` names the base model (`""` or the served id) or an adapter on `adapter_source` (a Loom /
- * LoRAX extension field, defaulting to the server's default source).
+ * LoRAX extension field, defaulting to the server's default source). Without the length field the
+ * completion gets `defaultMaxTokens` tokens (null: up to the context limit), as the endpoint documents.
  */
-export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokensField: string): OpenAiCommon {
+export function parseOpenAiCommon(
+  body: Body,
+  ctx: OpenAiParseContext,
+  maxTokensField: string,
+  defaultMaxTokens: number | null,
+): OpenAiCommon {
   checkIgnoredFields(body)
   const model = optionalString(body, 'model', 'model')
   if (model === undefined) throw fieldError('model', 'is required (the model id, or an adapter id)', body.model)
@@ -116,6 +124,7 @@ export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokens
     stream,
     includeUsage,
     maxTokensField,
+    maxTokensSent: maxTokens !== undefined,
     generation: {
       requestedModel: model,
       includeStopSequence: false,
@@ -132,7 +141,7 @@ export function parseOpenAiCommon(body: Body, ctx: OpenAiParseContext, maxTokens
         presencePenalty: optionalNumber(body, 'presence_penalty', 'presence_penalty', { min: -2, max: 2 }) ?? 0,
         seed: optionalSeed(body, 'seed', 'seed'),
       },
-      maxNewTokens: maxTokens ?? null,
+      maxNewTokens: maxTokens ?? defaultMaxTokens,
       stop,
       truncate: null,
       ignoreEos: optionalBoolean(body, 'ignore_eos_token', 'ignore_eos_token') ?? false,
