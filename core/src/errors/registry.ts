@@ -51,6 +51,12 @@ export const ERRORS = {
     'Request body is larger than the limit of {limit} bytes',
   ),
   route_not_found: spec(404, 'not_found', 'not_found_error', 'No route {method} {url}'),
+  method_not_allowed: spec(
+    405,
+    'validation',
+    'invalid_request_error',
+    'Method {method} is not allowed for {url}; use {allowed}',
+  ),
   bad_request: spec(400, 'validation', 'invalid_request_error', 'Bad request: {detail}'),
 
   // Capacity and lifecycle

@@ -25,7 +25,10 @@ function parseJsonBody(
     done(null, JSON.parse(text, rejectPrototypeKeys))
   } catch (err) {
     if (err instanceof LoomError) done(err)
-    else done(new LoomError('invalid_json', { detail: describeSyntaxError(err) }))
+    else if (err instanceof RangeError) {
+      // Valid JSON nested deeper than the parser's stack: say so, not "invalid".
+      done(new LoomError('bad_request', { detail: 'the JSON body is nested too deeply' }))
+    } else done(new LoomError('invalid_json', { detail: describeSyntaxError(err) }))
   }
 }
 

@@ -86,6 +86,32 @@ t.test('an unknown route is 404 in the family of its URL, without the query stri
   t.equal(v1Root.json().error.code, 'route_not_found', '/v1 itself is the OpenAI family')
 })
 
+t.test('a known path with the wrong method is 405 naming the allowed methods', async (t) => {
+  const { app } = await serverWithRoutes()
+  t.teardown(() => app.close())
+  const native = await app.inject({ method: 'GET', url: '/generate?api_token=abc' })
+  t.equal(native.statusCode, 405)
+  t.equal(native.headers.allow, 'POST')
+  t.strictSame(native.json(), { error: 'Method GET is not allowed for /generate; use POST', error_type: 'validation' })
+  const openai = await app.inject({ method: 'PUT', url: '/v1/chat/completions' })
+  t.equal(openai.statusCode, 405)
+  t.match(openai.json(), { error: { code: 'method_not_allowed', type: 'invalid_request_error' } })
+})
+
+t.test('valid JSON nested too deeply for the parser is a 400 that says so', async (t) => {
+  const { app } = await serverWithRoutes()
+  t.teardown(() => app.close())
+  const deep = '['.repeat(20000) + ']'.repeat(20000)
+  const res = await app.inject({
+    method: 'POST',
+    url: '/generate',
+    headers: { 'content-type': 'application/json' },
+    payload: `{"inputs":"hi","x":${deep}}`,
+  })
+  t.equal(res.statusCode, 400)
+  t.strictSame(res.json(), { error: 'Bad request: the JSON body is nested too deeply', error_type: 'validation' })
+})
+
 t.test('malformed JSON is 400 invalid_json and says where, without quoting the body', async (t) => {
   const { app } = await serverWithRoutes()
   t.teardown(() => app.close())
