@@ -36,7 +36,7 @@ t.test('the OpenAI SDK works against Loom', async (t) => {
     const res = await client.chat.completions.create({ model: '', messages: user('Hello there'), ...greedy })
     t.match(res.id, /^chatcmpl-/)
     t.equal(res.object, 'chat.completion')
-    t.equal(res.model, '')
+    t.equal(res.model, 'test-model', 'the base model is reported by its served id')
     t.equal(res.choices.length, 1)
     t.equal(res.choices[0]!.message.role, 'assistant')
     t.type(res.choices[0]!.message.content, 'string')

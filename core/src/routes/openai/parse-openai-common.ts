@@ -23,6 +23,10 @@ export interface OpenAiParseContext {
 
 /** Fields shared by `/v1/chat/completions` and `/v1/completions`, parsed once. */
 export interface OpenAiCommon {
+  /**
+   * The `model` responses report: the served model id for the base model (`""` included, as OpenAI
+   * always names a concrete model), else the adapter id as the client sent it.
+   */
   readonly model: string
   readonly n: number
   readonly stream: boolean
@@ -119,7 +123,7 @@ export function parseOpenAiCommon(
   }
 
   return {
-    model,
+    model: adapter === null ? ctx.modelId : model,
     n,
     stream,
     includeUsage,
