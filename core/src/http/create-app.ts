@@ -68,6 +68,19 @@ export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
     genReqId: requestIdOf,
     // Requests arriving while the server drains get Loom's `server_closing` error, not fastify's body.
     return503OnClosing: false,
+    // Framing errors Node's parser finds before any route (a body longer than its
+    // Content-Length, a malformed header) answer in Loom's native shape, not fastify's.
+    clientErrorHandler: (err, socket) => {
+      const status = (err as { code?: string }).code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
+      const body = JSON.stringify({ error: 'Bad request: the HTTP request is malformed', error_type: 'validation' })
+      if (socket.writable) {
+        socket.end(
+          `HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+            `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+            `connection: close\r\n\r\n${body}`,
+        )
+      } else socket.destroy(err)
+    },
   }) as unknown as HttpApp
 
   app.decorate('loomMetrics', deps.metrics)

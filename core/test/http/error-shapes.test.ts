@@ -1,3 +1,4 @@
+import { connect, type AddressInfo } from 'node:net'
 import t from 'tap'
 import { fieldError, LoomError } from '../../src/errors/index.ts'
 import { sendStreamError } from '../../src/http/index.ts'
@@ -110,6 +111,28 @@ t.test('valid JSON nested too deeply for the parser is a 400 that says so', asyn
   })
   t.equal(res.statusCode, 400)
   t.strictSame(res.json(), { error: 'Bad request: the JSON body is nested too deeply', error_type: 'validation' })
+})
+
+t.test('a request Node cannot frame (body past its Content-Length) gets the native error shape', async (t) => {
+  const { app } = await serverWithRoutes()
+  t.teardown(() => app.close())
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = app.server.address() as AddressInfo
+  const answer = await new Promise<string>((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => {
+      const body = '{"inputs":"hi","parameters":{"max_new_tokens":1}}'
+      socket.write(
+        `POST /nope HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n${body}`,
+      )
+    })
+    let text = ''
+    socket.on('data', (chunk) => (text += chunk.toString()))
+    socket.on('end', () => resolve(text))
+    socket.on('error', reject)
+  })
+  const last = answer.slice(answer.lastIndexOf('HTTP/1.1 '))
+  t.match(last, /^HTTP\/1\.1 400 Bad Request\r\n/)
+  t.match(last, /\r\n\r\n\{"error":"Bad request: the HTTP request is malformed","error_type":"validation"\}$/)
 })
 
 t.test('malformed JSON is 400 invalid_json and says where, without quoting the body', async (t) => {
