@@ -266,7 +266,7 @@ export class BatchingEngine implements Backend {
     const loaded = this.requireLoaded()
     if (this.active.size >= this.limits.maxConcurrentRequests) {
       throw new LoomError('overloaded', {
-        detail: `${this.active.size} requests are queued or running (max_concurrent_requests is ${this.limits.maxConcurrentRequests})`,
+        detail: `${this.active.size} sequences are queued or running (max_concurrent_requests is ${this.limits.maxConcurrentRequests}; each choice of a request with n > 1 or a prompt list counts as one)`,
       })
     }
     const promptLength = request.inputIds.length

@@ -16,7 +16,10 @@ t.test('submit beyond maxConcurrentRequests throws overloaded synchronously (que
   t.ok(thrown instanceof LoomError)
   t.equal((thrown as LoomError).code, 'overloaded')
   t.equal((thrown as LoomError).status, 429)
-  t.match((thrown as LoomError).message, /3 requests are queued or running/)
+  t.match(
+    (thrown as LoomError).message,
+    /3 sequences are queued or running \(max_concurrent_requests is 3; each choice of a request with n > 1 or a prompt list counts as one\)/,
+  )
   t.same(engine.stats().queuedRequests + engine.stats().runningRequests, 3)
   await Promise.all(accepted.map(collect))
   t.doesNotThrow(() => engine.submit(makeRequest({ maxNewTokens: 1 })), 'capacity returns once requests end')
