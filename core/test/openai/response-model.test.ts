@@ -1,5 +1,5 @@
 import { join } from 'node:path'
-import OpenAI from 'openai'
+import type OpenAI from 'openai'
 import t from 'tap'
 import { buildLoraAdapter } from '@loom/testkit'
 import { startSdkServer } from './sdk-test-server.ts'

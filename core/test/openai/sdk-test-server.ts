@@ -22,7 +22,7 @@ export async function startSdkServer(
     model?: BuildModelOptions
     server?: Parameters<typeof startTestServer>[2]
     /** Runs after the model is built, before the server starts (adapters, extra files). */
-    prepare?: (modelDir: string, config: Awaited<ReturnType<typeof buildModel>>) => Promise<void>
+    prepare?: (modelDir: string, config: Awaited<ReturnType<typeof buildModel>>) => Promise<unknown>
   } = {},
 ): Promise<SdkTestServer> {
   const modelDir = join(dir, 'model')
