@@ -58,6 +58,12 @@ export const ERRORS = {
     'Method {method} is not allowed for {url}; use {allowed}',
   ),
   bad_request: spec(400, 'validation', 'invalid_request_error', 'Bad request: {detail}'),
+  model_not_found: spec(
+    404,
+    'not_found',
+    'not_found_error',
+    'The model `{id}` does not exist on this server; GET /v1/models lists the base model and the adapters it knows',
+  ),
 
   // Capacity and lifecycle
   overloaded: spec(429, 'overloaded', 'rate_limit_error', 'Model is overloaded: {detail}'),
