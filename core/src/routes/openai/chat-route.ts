@@ -63,6 +63,8 @@ export function chatRoute(deps: OpenAiRouteDeps) {
                   logprobs: chat.logprobs ? { content: [chatTokenLogprob(token)], refusal: null } : null,
                   finish_reason: null,
                 },
+          tail: (index, text) =>
+            text === '' ? null : { index, delta: { content: text }, logprobs: null, finish_reason: null },
           finish: (index, result) => ({
             index,
             delta: {},

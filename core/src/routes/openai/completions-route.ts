@@ -98,6 +98,7 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
                   logprobs: body.logprobs === null ? null : completionLogprobs([], [token], 0),
                   finish_reason: null,
                 },
+          tail: (index, text) => (text === '' ? null : { index, text, logprobs: null, finish_reason: null }),
           finish: (index, result) => ({
             index,
             text: '',

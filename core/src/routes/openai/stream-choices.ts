@@ -24,6 +24,12 @@ export interface ChoiceStreamShape {
   opening(index: number): unknown | null
   /** The choice for one token, or null to send nothing for it. */
   token(index: number, token: TextToken): unknown | null
+  /**
+   * The choice carrying `text`, the end of choice `index`'s output that no token event carried
+   * (held back as a possible stop sequence or an unfinished character when generation ended), or
+   * null to send nothing. Called once per choice, before `finish`.
+   */
+  tail(index: number, text: string, result: GenerationResult): unknown | null
   /** The choice that ends choice `index`. */
   finish(index: number, result: GenerationResult): unknown
 }
@@ -50,13 +56,18 @@ export async function streamChoices(
       if (opening !== null) await sse.send(chunk([opening]))
     }
     const results: GenerationResult[] = []
+    // Characters of each choice's output sent so far, to find the tail no token event carried.
+    const sent = started.map(() => 0)
     for await (const { index, event } of mergeChoices(started)) {
       if (!sse.isConnected) return
       if (event.type === 'token') {
+        sent[index]! += event.token.text.length
         const choice = shape.token(index, event.token)
         if (choice !== null) await sse.send(chunk([choice]))
       } else {
         results[index] = event.result
+        const tail = shape.tail(index, event.result.generatedText.slice(sent[index]), event.result)
+        if (tail !== null) await sse.send(chunk([tail]))
         await sse.send(chunk([shape.finish(index, event.result)]))
       }
     }
