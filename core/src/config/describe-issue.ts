@@ -2,6 +2,8 @@ import type { z } from 'zod'
 import { describeValue } from '../errors/index.ts'
 import { closestKey } from './closest-key.ts'
 import { formatKeyPath, valueAt, type KeyPath } from './issue-path.ts'
+import { looksLikeSecretKey } from './secret-keys.ts'
+import { VALUE_NOT_SHOWN, maskCredentials, showConfigValue } from './shown-value.ts'
 
 /**
  * Turns a zod issue into the three parts of a Loom configuration error: which key, what was
@@ -13,7 +15,10 @@ export interface IssueDescription {
   readonly path: string
   /** Predicate phrase: `must be a number`, `is required`, `is not a known key (did you mean …)`. */
   readonly expected: string
-  /** What the file holds there, JSON-rendered and cut short; never the value of a `${VAR}`. */
+  /**
+   * What the file holds there, JSON-rendered and cut short; never the value of a `${VAR}`, nor of
+   * a key that looks like a credential (`(value not shown)`), nor a URL's userinfo.
+   */
   readonly received: string
 }
 
@@ -43,6 +48,8 @@ export function describeFirstIssue(error: z.ZodError, options: DescribeOptions):
 export function describeIssue(issue: Issue, options: DescribeOptions): IssueDescription {
   let path: KeyPath = issue.path
   let expected: string
+  // An unknown key whose closest known key is a credential is probably that credential, misspelt.
+  let hidden = false
   switch (issue.code) {
     case 'unrecognized_keys': {
       // One issue lists every unknown key of an object; report the first, with a suggestion.
@@ -50,6 +57,7 @@ export function describeIssue(issue: Issue, options: DescribeOptions): IssueDesc
       const known = objectKeysAt(options.schema, issue.path).filter((k) => !issue.keys.includes(k))
       path = [...issue.path, key]
       const suggestion = closestKey(key, known)
+      hidden = suggestion !== null && looksLikeSecretKey(suggestion)
       expected =
         suggestion !== null
           ? `is not a known key (did you mean \`${suggestion}\`?)`
@@ -84,15 +92,20 @@ export function describeIssue(issue: Issue, options: DescribeOptions): IssueDesc
       expected = 'does not match any of the accepted forms'
       break
     default:
-      // custom refinements and rarer codes: their message is the best description available.
-      expected = `is invalid: ${issue.message}`
+      // custom refinements and rarer codes: their message is the best description available
+      // (a plugin's own message may quote the value, so credentials in it are masked).
+      expected = `is invalid: ${maskCredentials(issue.message)}`
   }
   const rendered = formatKeyPath(path, options.prefix)
-  return { path: rendered, expected, received: describeReceived(rendered, valueAt(options.input, path), options) }
+  const received = hidden ? VALUE_NOT_SHOWN : describeReceived(rendered, path, options)
+  return { path: rendered, expected, received }
 }
 
-/** The value found, unless it is (or contains) a substituted `${VAR}`: then only the variable's name. */
-function describeReceived(rendered: string, value: unknown, options: DescribeOptions): string {
+/**
+ * The value found, unless it is (or contains) a substituted `${VAR}`: then only the variable's
+ * name. Otherwise what `showConfigValue` allows: nothing of a credential.
+ */
+function describeReceived(rendered: string, path: KeyPath, options: DescribeOptions): string {
   const exact = options.substituted?.get(rendered)
   const list = (names: readonly string[]): string => [...new Set(names)].map((name) => `\${${name}}`).join(', ')
   if (exact !== undefined) return `the value of ${list(exact)}`
@@ -100,7 +113,7 @@ function describeReceived(rendered: string, value: unknown, options: DescribeOpt
     .filter(([key]) => key.startsWith(`${rendered}.`) || key.startsWith(`${rendered}[`))
     .flatMap(([, names]) => names)
   if (nested.length > 0) return `a value that uses ${list(nested)}`
-  return describeValue(value)
+  return showConfigValue(valueAt(options.input, path), path)
 }
 
 function typeName(expected: string): string {

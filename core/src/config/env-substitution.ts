@@ -1,6 +1,7 @@
 import { isMap, isPair, isScalar, isSeq, parse as parseYaml, type Document, type Node } from 'yaml'
 import { LoomError } from '../errors/index.ts'
 import { formatKeyPath } from './issue-path.ts'
+import { showConfigValue } from './shown-value.ts'
 
 /**
  * `${VAR}` and `${VAR:-default}` in string values of the configuration.
@@ -46,7 +47,7 @@ export function substituteEnv(doc: Document, env: Env, file: string): Map<string
         file,
         path: rendered,
         expected: 'has a malformed `${...}` reference (write ${NAME} or ${NAME:-default})',
-        received: JSON.stringify(source),
+        received: showConfigValue(source, path),
       })
     }
     if (names.length > 0) substituted.set(rendered, names)

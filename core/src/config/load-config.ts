@@ -5,6 +5,7 @@ import { LoomError, describeValue } from '../errors/index.ts'
 import { describeFirstIssue } from './describe-issue.ts'
 import { substituteEnv, type Env } from './env-substitution.ts'
 import { ConfigSchema } from './schema.ts'
+import { maskCredentials } from './shown-value.ts'
 import { deepFreeze, type ValidConfig } from './valid-config.ts'
 
 export interface LoadConfigOptions {
@@ -47,7 +48,8 @@ export function parseConfig(text: string, file: string, options: LoadConfigOptio
   if (yamlError !== undefined) {
     const position = yamlError.linePos?.[0]
     // yaml's own message ends with "at line L, column C:" and a code excerpt; keep its first clause.
-    const reason = yamlError.message.split(' at line ')[0]?.trim() ?? yamlError.message
+    // Some reasons quote the source (`Block scalar header includes extra characters: …`): masked.
+    const reason = maskCredentials(yamlError.message.split(' at line ')[0]?.trim() ?? yamlError.message)
     let detail = position === undefined ? reason : `line ${position.line}, column ${position.col}: ${reason}`
     // `{` and `}` are YAML flow indicators: `port: ${PORT}` inside `{ … }` or `[ … ]` breaks parsing.
     const line = position === undefined ? undefined : text.split('\n')[position.line - 1]

@@ -7,6 +7,7 @@ import { serverFacts } from '../config/server-facts.ts'
 import type { ValidConfig } from '../config/valid-config.ts'
 import { checkPluginModule } from './check-plugin.ts'
 import { checkConflicts, checkOwnProvisions, checkRuntimePresent } from './check-provisions.ts'
+import { hideOptionSecrets } from './hide-option-secrets.ts'
 import { contractOfToken } from './contract-tokens.ts'
 import type { CloseHook, LoadedPlugin, PluginSet, Provision } from './plugin-set.ts'
 import { releasePlugins } from './release-plugins.ts'
@@ -39,7 +40,8 @@ export async function loadPlugins(
     for (const [index, entry] of config.plugins.entries()) {
       const { plugin, loaded } = await importPlugin(entry.use, index, config.dir, file)
       const pluginOptions = parseOptions(plugin, loaded, entry.options, file, config.fromEnv)
-      const own = await registerPlugin(plugin, loaded, pluginOptions, facts, logger, closeHooks, provisions)
+      const hide = (text: string) => hideOptionSecrets(text, entry.options, `plugins[${index}].options`, config.fromEnv)
+      const own = await registerPlugin(plugin, loaded, pluginOptions, facts, logger, closeHooks, provisions, hide)
       plugins.push(loaded)
       checkOwnProvisions(loaded, own)
       checkConflicts(provisions.slice(0, provisions.length - own.length), own)
@@ -104,7 +106,8 @@ function parseOptions(
 /**
  * Run `register` with a context that records what the plugin provides. Provisions and hooks are
  * appended to the shared lists as they happen, so a plugin that fails half-way is still released.
- * Returns this plugin's provisions.
+ * Returns this plugin's provisions. `hideSecrets` cleans the plugin's own error message, which
+ * may quote its options.
  */
 async function registerPlugin(
   plugin: LoomPlugin,
@@ -114,6 +117,7 @@ async function registerPlugin(
   logger: Logger,
   closeHooks: CloseHook[],
   provisions: Provision[],
+  hideSecrets: (text: string) => string,
 ): Promise<Provision[]> {
   const own: Provision[] = []
   const unknownTokens: string[] = []
@@ -144,7 +148,7 @@ async function registerPlugin(
   try {
     await plugin.register(ctx, options)
   } catch (err) {
-    const detail = err instanceof Error ? err.message : String(err)
+    const detail = hideSecrets(err instanceof Error ? err.message : String(err))
     throw new LoomError('plugin_register_failed', { plugin: loaded.label, detail }, { cause: err })
   } finally {
     registering = false
