@@ -98,11 +98,13 @@ export class S3AdapterSource implements AdapterSource {
     const location = parseS3AdapterId(ref.id, this.name)
     const client = this.#requireClient(ref.id)
     if (ctx.signal.aborted) throw ctx.signal.reason
-    let listing = this.#listing.get(ref.id)
+    // Keyed and resolved by the canonical id: `s3://b/p/` and `s3://b/p` are one adapter.
+    const id = location.id
+    let listing = this.#listing.get(id)
     if (listing === undefined) {
       // Shared by every caller, so it must not die with the first one: it has its own time limit.
-      listing = this.#list(client, ref.id, location, ctx).finally(() => this.#listing.delete(ref.id))
-      this.#listing.set(ref.id, listing)
+      listing = this.#list(client, location, ctx).finally(() => this.#listing.delete(id))
+      this.#listing.set(id, listing)
       // Every caller may have gone by the time it fails; the failure is theirs, not unhandled.
       listing.catch(() => undefined)
     }
@@ -141,7 +143,8 @@ export class S3AdapterSource implements AdapterSource {
     })
   }
 
-  async #list(client: S3Client, id: string, location: S3Location, ctx: SourceContext): Promise<S3ResolvedAdapter> {
+  async #list(client: S3Client, location: S3Location, ctx: SourceContext): Promise<S3ResolvedAdapter> {
+    const id = location.id
     const signal = AbortSignal.timeout(this.#options.listTimeoutMs)
     const where = `s3://${location.bucket}/${location.prefix}`
     const objects: ListedObject[] = []

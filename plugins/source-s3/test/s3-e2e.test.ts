@@ -59,6 +59,10 @@ t.test('100 concurrent requests for one cold S3 adapter', async (t) => {
     Array(100).fill(200),
     'all 100 answered',
   )
+  // The README's other spelling of the same id: the same adapter, not a second download.
+  const slash = await generate({ adapter_id: 's3://team-adapters/loras/poet/', adapter_source: 's3' })
+  t.equal(slash.status, 200)
+  t.equal(slash.body.generated_text, answers[0]?.body.generated_text, 'a trailing slash serves the same adapter')
   const local = await generate({ adapter_id: 'poet', adapter_source: 'local' })
   t.equal(local.status, 200)
   t.same(new Set(answers.map((a) => a.body.generated_text)), new Set([local.body.generated_text]), 'same text as local')

@@ -69,8 +69,10 @@ t.test('resolve lists the adapter files, fetch streams them to disk', async (t) 
   )
   t.match(resolved.revision, /^[0-9a-f]{32}$/)
   t.equal(resolved.localDir, undefined)
+  t.equal(resolved.id, 's3://adapters/loras/poet')
   const slash = await source.resolve({ source: 's3', id: 's3://adapters/loras/poet/' }, context())
   t.equal(slash.revision, resolved.revision, 'a trailing slash names the same adapter')
+  t.equal(slash.id, resolved.id, 'under the same id, so the core caches and loads it once')
 
   const dest = t.testdir({})
   await source.fetch(resolved, dest, context())
@@ -100,6 +102,11 @@ t.test('ids are checked and name the expected form', async (t) => {
     's3://Bad_Bucket/x',
     's3://adapters/a/../b',
     's3://adapters/a//b',
+    's3://adapters//a',
+    's3://adapters/a//',
+    's3://127.0.0.1/loras/poet',
+    's3://192.168.5.4/loras/poet',
+    's3://my..adapters/loras/poet',
   ]) {
     await t.rejects(
       source.resolve({ source: 's3', id }, context()),
@@ -111,6 +118,35 @@ t.test('ids are checked and name the expected form', async (t) => {
     )
   }
   t.equal(fixture.seen.length, 0, 'nothing was sent for an invalid id')
+  for (const bucket of ['127.0.0.1', 'my..adapters']) {
+    await t.rejects(
+      source.resolve({ source: 's3', id: `s3://${bucket}/loras/poet` }, context()),
+      {
+        message: `Invalid adapter id \`s3://${bucket}/loras/poet\` for source \`s3\`: expected s3://<bucket>/<path>, for example s3://my-adapters/loras/poet (\`${bucket}\` is not a valid bucket name)`,
+      },
+      `${bucket}: the message every invalid bucket name gets`,
+    )
+  }
+  for (const bucket of ['1.2.3.4.5', '10.0.0.1a', 'a.b.c']) {
+    await t.rejects(
+      source.resolve({ source: 's3', id: `s3://${bucket}/x` }, context()),
+      { code: 'adapter_not_found' },
+      bucket,
+    )
+  }
+})
+
+t.test('both spellings of an id share one listing and one download', async (t) => {
+  const fixture = await startFixture(t)
+  const source = sourceFor(fixture)
+  t.teardown(() => source.close())
+  const [plain, slash] = await Promise.all([
+    source.resolve({ source: 's3', id: 's3://adapters/loras/poet' }, context()),
+    source.resolve({ source: 's3', id: 's3://adapters/loras/poet/' }, context()),
+  ])
+  t.equal(fixture.lists(), 1, 'one ListObjectsV2 for both spellings')
+  t.same([plain?.id, slash?.id], ['s3://adapters/loras/poet', 's3://adapters/loras/poet'])
+  t.equal(plain?.revision, slash?.revision)
 })
 
 t.test('missing, forbidden, not an adapter', async (t) => {
