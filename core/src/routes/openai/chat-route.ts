@@ -1,7 +1,8 @@
 import type {} from '@fastify/sse'
 import type { FastifyInstance } from 'fastify'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
-import { chatTokenLogprob, completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
+import { chatStreamShape } from './chat-stream-shape.ts'
+import { chatLogprobs, completionId, nowSeconds, openAiFinishReason, placedTokens, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
 import { toOpenAiLengthError } from './openai-length-errors.ts'
 import { parseChatBody } from './parse-chat-body.ts'
@@ -38,40 +39,18 @@ export function chatRoute(deps: OpenAiRouteDeps) {
             choices: results.map((result, index) => ({
               index,
               message: { role: 'assistant', content: result.generatedText, refusal: null },
-              logprobs: chat.logprobs ? { content: result.tokens.map(chatTokenLogprob), refusal: null } : null,
+              logprobs: chat.logprobs ? chatLogprobs(placedTokens(result)) : null,
               finish_reason: openAiFinishReason(result.finishReason),
             })),
             usage: usageOf(promptTokens, results),
           }
         }
-        await streamChoices(request, reply, started, {
-          envelope: { ...envelope, object: 'chat.completion.chunk' },
-          includeUsage: chat.includeUsage,
-          promptTokens,
-          opening: (index) => ({
-            index,
-            delta: { role: 'assistant', content: '' },
-            logprobs: null,
-            finish_reason: null,
-          }),
-          token: (index, token) =>
-            token.text === '' && !chat.logprobs
-              ? null
-              : {
-                  index,
-                  delta: { content: token.text },
-                  logprobs: chat.logprobs ? { content: [chatTokenLogprob(token)], refusal: null } : null,
-                  finish_reason: null,
-                },
-          tail: (index, text) =>
-            text === '' ? null : { index, delta: { content: text }, logprobs: null, finish_reason: null },
-          finish: (index, result) => ({
-            index,
-            delta: {},
-            logprobs: null,
-            finish_reason: openAiFinishReason(result.finishReason),
-          }),
-        })
+        await streamChoices(
+          request,
+          reply,
+          started,
+          chatStreamShape(chat, started, { ...envelope, object: 'chat.completion.chunk' }),
+        )
       } finally {
         // Non-streamed responses are complete here too; aborting a finished request is a no-op.
         if (chat.stream) abort.abort()

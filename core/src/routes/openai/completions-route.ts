@@ -1,12 +1,9 @@
 import type {} from '@fastify/sse'
 import type { FastifyInstance } from 'fastify'
-import type {
-  GenerationResult,
-  PrefillToken,
-  StartedGeneration,
-  TextToken,
-} from '../../generation/generation-service.ts'
+import type { GenerationResult, StartedGeneration } from '../../generation/generation-service.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
+import { choiceLogprobs } from './completion-logprobs.ts'
+import { completionsStreamShape } from './completions-stream-shape.ts'
 import { completionId, nowSeconds, openAiFinishReason, usageOf } from './openai-shapes.ts'
 import { parseContext, servingState, type OpenAiRouteDeps } from './openai-route-deps.ts'
 import { toOpenAiLengthError } from './openai-length-errors.ts'
@@ -17,30 +14,6 @@ import {
 } from './parse-completions-body.ts'
 import { choiceRequests, finishChoices, startChoices } from './run-choices.ts'
 import { recordSuccess, streamChoices } from './stream-choices.ts'
-
-/** The legacy completions `logprobs` object for a choice (prompt tokens first when echoing). */
-function completionLogprobs(prefill: readonly PrefillToken[], tokens: readonly TextToken[], offset: number) {
-  const entries = [
-    ...prefill.map((p) => ({ piece: p.text, logprob: p.logprob, top: null as Record<string, number> | null })),
-    ...tokens.map((t) => ({
-      piece: t.piece,
-      logprob: t.logprob as number | null,
-      top: Object.fromEntries((t.top ?? []).map((alt) => [alt.text, alt.logprob])),
-    })),
-  ]
-  const textOffset: number[] = []
-  let at = offset
-  for (const e of entries) {
-    textOffset.push(at)
-    at += e.piece.length
-  }
-  return {
-    tokens: entries.map((e) => e.piece),
-    token_logprobs: entries.map((e) => e.logprob),
-    top_logprobs: entries.map((e) => e.top),
-    text_offset: textOffset,
-  }
-}
 
 function choiceText(request: CompletionsRequest, started: StartedGeneration, result: GenerationResult): string {
   return request.echo ? started.promptText + result.generatedText : result.generatedText
@@ -72,40 +45,20 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
         recordSuccess(reply, promptTokens, results)
         return {
           ...envelope,
-          choices: results.map((result, index) => ({
-            index,
-            text: choiceText(body, started[index]!, result),
-            logprobs:
-              body.logprobs === null ? null : completionLogprobs(body.echo ? result.prefill : [], result.tokens, 0),
-            finish_reason: openAiFinishReason(result.finishReason),
-          })),
+          choices: results.map((result, index) => {
+            const text = choiceText(body, started[index]!, result)
+            return {
+              index,
+              text,
+              logprobs: body.logprobs === null ? null : choiceLogprobs(text, result, body.echo),
+              finish_reason: openAiFinishReason(result.finishReason),
+            }
+          }),
           usage: usageOf(promptTokens, results),
         }
       }
       try {
-        await streamChoices(request, reply, started, {
-          envelope,
-          includeUsage: body.includeUsage,
-          promptTokens,
-          opening: (index) =>
-            body.echo ? { index, text: started[index]!.promptText, logprobs: null, finish_reason: null } : null,
-          token: (index, token) =>
-            token.text === '' && body.logprobs === null
-              ? null
-              : {
-                  index,
-                  text: token.text,
-                  logprobs: body.logprobs === null ? null : completionLogprobs([], [token], 0),
-                  finish_reason: null,
-                },
-          tail: (index, text) => (text === '' ? null : { index, text, logprobs: null, finish_reason: null }),
-          finish: (index, result) => ({
-            index,
-            text: '',
-            logprobs: null,
-            finish_reason: openAiFinishReason(result.finishReason),
-          }),
-        })
+        await streamChoices(request, reply, started, completionsStreamShape(body, started, envelope, promptTokens))
       } finally {
         abort.abort()
       }
