@@ -42,22 +42,10 @@ export function completionLogprobs(placed: readonly Placed<CompletionLogprob>[])
 }
 
 /**
- * A finished choice's `logprobs`. With `echo`, the prompt's tokens come first, listed one after
- * another from offset 0 (their offsets are not placed in the text yet).
+ * A finished choice's `logprobs`: with `echo`, the prompt's tokens first (BOS included, at offset
+ * 0 with no text), all placed in `text`, the choice's text as returned.
  */
 export function choiceLogprobs(text: string, result: GenerationResult, echo: boolean) {
-  const prompt = echo ? result.prefill.map(promptLogprob) : []
-  let at = 0
-  const listed = prompt.map((row) => {
-    const offset = at
-    at += row.piece.length
-    return { offset, shown: row.piece, bytes: null, inText: true, token: row }
-  })
-  const generated = placeAll(
-    text.slice(text.length - result.generatedText.length),
-    result.tokens.map(generatedLogprob),
-    completionPiece,
-    stoppedBySequence(result),
-  )
-  return completionLogprobs([...listed, ...generated.map((p) => ({ ...p, offset: p.offset + at }))])
+  const rows = [...(echo ? result.prefill.map(promptLogprob) : []), ...result.tokens.map(generatedLogprob)]
+  return completionLogprobs(placeAll(text, rows, completionPiece, stoppedBySequence(result)))
 }
