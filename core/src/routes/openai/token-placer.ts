@@ -13,6 +13,8 @@ export type Placed<T> = AlignedPiece & { readonly token: T }
  * out, and a token the cut falls inside is kept, shown cut to the returned part (its `bytes` too),
  * with the logprob of the whole token: a client joining the tokens gets exactly the text, which is
  * what OpenAI's stop sequences give, and the probability stays the one the model assigned.
+ * An end-of-sequence token that ended a choice stays listed (no text, offset at the end): it was
+ * not cut off by anything, and its logprob is the model's probability of ending there.
  */
 export class TokenPlacer<T> {
   readonly #pieceOf: (token: T) => string
