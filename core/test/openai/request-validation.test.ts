@@ -141,4 +141,27 @@ t.test('v1 request validation', async (t) => {
     const ok = await withName(`Pet_record-${'x'.repeat(53)}`)
     t.equal(ok.choices.length, 1, 'a 64-character name of allowed characters passes')
   })
+
+  t.test('a malformed api_token is refused without its value; model ids are bounded', async (t) => {
+    const secret = 'pbQA-SECRET-eeee5555'
+    const err = await refusal(
+      client.completions.create({ model: '', prompt: 'x', max_tokens: 1, api_token: [secret] } as never),
+    )
+    t.type(err, OpenAI.UnprocessableEntityError)
+    t.equal(err?.param, 'api_token')
+    t.match(err?.message, /must be a string; received an array \(value not shown\)/)
+    t.notMatch(err?.message, secret)
+    await expectRefusal(
+      t,
+      client.chat.completions.create({ model: `kjv/\r\nX: 1`, messages, max_tokens: 1 }),
+      'model',
+      /must not contain control characters/,
+    )
+    await expectRefusal(
+      t,
+      client.chat.completions.create({ model: 'a'.repeat(1025), messages, max_tokens: 1 }),
+      'model',
+      /must be at most 1024 characters long/,
+    )
+  })
 })

@@ -121,7 +121,10 @@ export function nativeRoutes(deps: NativeRouteDeps) {
               }
             : null
           recordSuccess(reply, result)
-          const token = last ?? { id: -1, text: '', piece: '', logprob: 0, special: true, skipped: false }
+          // The result's last token: it carries the text held back to the end (a possible stop
+          // prefix, an unfinished character), which the streamed copy does not.
+          const token = result.tokens.at(-1) ??
+            last ?? { id: -1, text: '', piece: '', logprob: 0, special: true, skipped: false }
           await sse.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
         }
       } catch (err) {

@@ -3,9 +3,9 @@ import { LoomError } from '../../errors/index.ts'
 import type { OpenAiRouteDeps } from './openai-route-deps.ts'
 
 /**
- * The models this server answers for, in `/v1/models` order: the base model, then every adapter it
- * knows (preloaded, loaded or resolved since start). Adapter entries carry `adapter_source`, so a
- * client can address them with `model` + `adapter_source`.
+ * The models this server answers for, in `/v1/models` order: the base model, then the adapters it
+ * offers every caller (local roots, preloaded; see `AdapterManager.known`). Adapter entries carry
+ * `adapter_source`, so a client can address them with `model` + `adapter_source`.
  */
 async function modelEntries(deps: OpenAiRouteDeps) {
   const adapters = (await deps.state()?.knownAdapters()) ?? []

@@ -6,7 +6,10 @@ import {
   optionalBoolean,
   optionalNumber,
   optionalSeed,
-  optionalString,
+  MAX_ADAPTER_ID_LENGTH,
+  MAX_SOURCE_NAME_LENGTH,
+  optionalCredential,
+  optionalIdentifier,
   optionalStringList,
   type Body,
 } from '../../validation/fields.ts'
@@ -77,10 +80,14 @@ export function parseOpenAiCommon(
   defaultMaxTokens: number | null,
 ): OpenAiCommon {
   checkIgnoredFields(body)
-  const model = optionalString(body, 'model', 'model')
+  const model = optionalIdentifier(body, 'model', 'model', MAX_ADAPTER_ID_LENGTH)
   if (model === undefined) throw fieldError('model', 'is required (the model id, or an adapter id)', body.model)
-  const adapterSource = optionalString(body, 'adapter_source', 'adapter_source', { nonEmpty: true })
-  const apiToken = optionalString(body, 'api_token', 'api_token') || ctx.bearerToken || undefined
+  const adapterSource = optionalIdentifier(body, 'adapter_source', 'adapter_source', MAX_SOURCE_NAME_LENGTH, {
+    nonEmpty: true,
+  })
+  const bodyToken = optionalCredential(body, 'api_token', 'api_token')
+  // The header is usually the SDK's api key: used for an adapter only when it needs a token.
+  const apiToken = bodyToken ?? ctx.bearerToken
   const adapter =
     model === '' || model === ctx.modelId ? null : { source: adapterSource ?? ctx.defaultSource, id: model }
   const mergedAdapters =
@@ -135,6 +142,7 @@ export function parseOpenAiCommon(
       adapter,
       mergedAdapters,
       apiToken,
+      apiTokenFromHeader: bodyToken === undefined && apiToken !== undefined,
       sampling: {
         temperature,
         topK: temperature === 0 ? 0 : topK,

@@ -7,10 +7,18 @@ import { mergeChoices } from './run-choices.ts'
 
 /** Count a finished v1 request in `loom_request_*`. */
 export function recordSuccess(reply: FastifyReply, promptTokens: number, results: readonly GenerationResult[]): void {
+  // Phases from the slowest choice (the request lasts as long as it); tokens summed over choices.
+  const slowest = results.reduce<GenerationResult | undefined>(
+    (a, r) => (a === undefined || r.timings.inferenceS > a.timings.inferenceS ? r : a),
+    undefined,
+  )
   reply.server.loomMetrics.requestSucceeded({
     durationS: reply.elapsedTime / 1000,
+    ...slowest?.timings,
     inputTokens: promptTokens,
     generatedTokens: results.reduce((sum, r) => sum + r.generatedTokens, 0),
+    skippedTokens: results.reduce((sum, r) => sum + r.skippedTokens, 0),
+    ...(slowest ? { maxNewTokens: slowest.maxNewTokens } : {}),
   })
 }
 
