@@ -138,7 +138,7 @@ export class GenerationService {
     const maxNewTokens = request.maxNewTokens ?? room
     if (maxNewTokens > room) {
       throw fieldError(
-        'max_new_tokens',
+        'parameters.max_new_tokens',
         `plus the ${inputIds.length} prompt tokens must be <= ${limits.maxTotalTokens}`,
         maxNewTokens,
       )
@@ -192,8 +192,8 @@ export class GenerationService {
     if (ids.length > limits.maxInputLength) {
       throw fieldError(
         'inputs',
-        `must have at most ${limits.maxInputLength} tokens (set \`truncate\` to keep the last tokens)`,
-        `${ids.length} tokens`,
+        `must be at most ${limits.maxInputLength} tokens long (set \`parameters.truncate\` to keep the last tokens)`,
+        ids.length,
       )
     }
     return ids

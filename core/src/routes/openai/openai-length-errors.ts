@@ -11,20 +11,21 @@ export interface OpenAiLengthFields {
 }
 
 /** Native-only hints inside a length error's `expected` text (v1 has no `truncate` field). */
-const NATIVE_HINT = /\s*\([^)]*`truncate`[^)]*\)/g
+const NATIVE_HINT = /\s*\([^)]*`(?:parameters\.)?truncate`[^)]*\)/g
 
 /**
  * Re-address a length error from the generation service to the v1 request. The service checks
  * prompt length and `max_tokens` once the prompt is tokenized, and names the native fields
- * (`inputs`, `max_new_tokens`, the `truncate` hint); a v1 client must read the field it sent.
+ * (`inputs`, `parameters.max_new_tokens`, the `parameters.truncate` hint); a v1 client must read the field it sent.
  * Anything else passes through unchanged.
  */
 export function toOpenAiLengthError(err: unknown, fields: OpenAiLengthFields): unknown {
   if (!isLoomError(err) || err.code !== 'validation_error') return err
-  const field = err.param === 'max_new_tokens' ? fields.maxTokens : err.param === 'inputs' ? fields.prompt : null
+  const field =
+    err.param === 'parameters.max_new_tokens' ? fields.maxTokens : err.param === 'inputs' ? fields.prompt : null
   if (field === null) return err
   let expected = String(err.params.expected ?? '').replace(NATIVE_HINT, '')
-  if (err.param === 'max_new_tokens' && fields.defaultMaxTokens !== null) {
+  if (err.param === 'parameters.max_new_tokens' && fields.defaultMaxTokens !== null) {
     // The client sent no length: say where the number came from and how to change it.
     expected += ` (not sent, so its default ${fields.defaultMaxTokens} applies; send a smaller \`${field}\` or a shorter prompt)`
   }
