@@ -169,7 +169,9 @@ export class AdapterManager {
     const key = `${ref.source}\0${ref.id}`
     const cached = this.#resolved.get(key)
     const ttlMs = this.#deps.resolveTtlSeconds * 1000
-    if (cached && Date.now() - cached.at < ttlMs) return cached.value
+    // An adapter used in place (local directories) resolves with a few stat calls: do it every
+    // time, so an edited or replaced directory is never served with its old weights.
+    if (cached && cached.value.localDir === undefined && Date.now() - cached.at < ttlMs) return cached.value
     const value = await source.resolve(ref, ctx)
     this.#resolved.delete(key)
     this.#resolved.set(key, { at: Date.now(), value })

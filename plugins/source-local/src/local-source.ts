@@ -17,8 +17,8 @@ import {
  * written is refused before the disk is looked at, so the answer cannot tell whether such a
  * directory exists. The resolved id is canonical (relative to the first root when inside it,
  * else the real absolute path): `./kjv`, `kjv/` and the absolute path of `kjv` are one adapter,
- * one cache entry and one slot. The revision is a hash of the names, sizes and modification
- * times of the files the runtime may read (the core's `ADAPTER_FILE_NAMES`; nothing is picked, as
+ * one cache entry and one slot. The revision is a hash of the names, sizes, modification and
+ * change times and inodes of the files the runtime may read (the core's `ADAPTER_FILE_NAMES`; nothing is picked, as
  * the directory is used in place): editing an adapter in place gives it a new cache key.
  */
 export class LocalAdapterSource implements AdapterSource {
@@ -39,7 +39,9 @@ export class LocalAdapterSource implements AdapterSource {
       if (!entries.has(name)) continue
       const info = await stat(join(dir, name))
       if (!info.isFile()) continue
-      hash.update(`${name}\0${info.size}\0${info.mtimeMs}\0`)
+      // ctime and the inode too: a copy that keeps sizes and mtimes (`cp -p`, `touch -r`) still
+      // changes them, and user space cannot set ctime back.
+      hash.update(`${name}\0${info.size}\0${info.mtimeMs}\0${info.ctimeMs}\0${info.ino}\0`)
       files.push({ path: name, size: info.size })
     }
     if (files.length === 0) {
