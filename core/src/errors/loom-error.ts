@@ -52,5 +52,11 @@ export function describeValue(value: unknown): string {
   } catch {
     text = String(value)
   }
+  // JSON escapes only C0 controls: escape DEL, C1 and the invisible or reordering characters
+  // too, so a message (and the log line it becomes) shows what was sent.
+  text = text.replace(
+    /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/g,
+    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  )
   return text.length > 80 ? `${text.slice(0, 77)}...` : text
 }

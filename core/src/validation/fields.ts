@@ -1,3 +1,4 @@
+import { holdsSecretKey, looksLikeSecretKey } from '../config/secret-keys.ts'
 import { LoomError, fieldError } from '../errors/index.ts'
 
 /**
@@ -116,9 +117,25 @@ export function rejectUnknownKeys(body: Body, known: ReadonlySet<string>, path: 
   for (const key of Object.keys(body)) {
     if (!known.has(key)) {
       const field = path === '' ? key : `${path}.${key}`
+      // A credential under a wrong name (`api_token` one level off, `hf_token`, `api_tokn`) is
+      // still a credential: the error must not repeat it.
+      if ((looksLikeSecretKey(key) && holdsText(body[key])) || holdsSecretKey(body[key])) {
+        throw new LoomError(
+          'validation_error',
+          { field, expected: 'is not a known field', received: '(value not shown)' },
+          { param: field },
+        )
+      }
       throw fieldError(field, 'is not a known field', body[key])
     }
   }
+}
+
+/** Whether `value` is or contains a string (a number under `max_new_token` is no credential). */
+function holdsText(value: unknown, depth = 0): boolean {
+  if (typeof value === 'string') return true
+  if (value === null || typeof value !== 'object') return false
+  return depth >= 16 || Object.values(value).some((item) => holdsText(item, depth + 1))
 }
 
 /** What an HTTP credential may hold: visible ASCII, no spaces (RFC 6750's b64token is stricter). */
@@ -138,7 +155,9 @@ export function optionalCredential(body: Body, key: string, path: string): strin
   if (typeof value !== 'string') {
     throw refuse(
       'must be a string',
-      Array.isArray(value) ? 'an array (value not shown)' : `a ${typeof value} (value not shown)`,
+      Array.isArray(value)
+        ? 'an array (value not shown)'
+        : `${/^[aeiou]/.test(typeof value) ? 'an' : 'a'} ${typeof value} (value not shown)`,
     )
   }
   if (!CREDENTIAL.test(value)) {
@@ -159,7 +178,9 @@ export function isWellFormedCredential(token: string): boolean {
 export const MAX_ADAPTER_ID_LENGTH = 1024
 /** Longest `adapter_source` code accepted. */
 export const MAX_SOURCE_NAME_LENGTH = 64
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
+// C0/C1 controls, line/paragraph separators, bidi overrides and isolates, the BOM: characters that
+// are invisible or reorder text in a log or terminal.
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/
 
 /**
  * A name for something the server looks up (an adapter id, a source code): a string of at most
@@ -168,7 +189,9 @@ const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/
  */
 export function checkIdentifier(value: string, path: string, maxLength: number): string {
   if (value.length > maxLength) throw fieldError(path, `must be at most ${maxLength} characters long`, value)
-  if (CONTROL_CHARACTER.test(value)) throw fieldError(path, 'must not contain control characters', value)
+  if (CONTROL_CHARACTER.test(value)) {
+    throw fieldError(path, 'must not contain control or invisible formatting characters', value)
+  }
   return value
 }
 

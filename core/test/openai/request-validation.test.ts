@@ -155,7 +155,7 @@ t.test('v1 request validation', async (t) => {
       t,
       client.chat.completions.create({ model: `kjv/\r\nX: 1`, messages, max_tokens: 1 }),
       'model',
-      /must not contain control characters/,
+      /must not contain control or invisible formatting characters/,
     )
     await expectRefusal(
       t,

@@ -98,7 +98,7 @@ t.test('a malformed api_token is refused without repeating its value', async (t)
   const secret = 'QA-SECRET-bbbb2222'
   for (const [token, received] of [
     [[secret], 'an array (value not shown)'],
-    [{ t: secret }, 'a object (value not shown)'],
+    [{ t: secret }, 'an object (value not shown)'],
     [`${secret}\r\nX-Evil: 1`, `a string of ${secret.length + 11} characters (value not shown)`],
     [`${secret}€`, `a string of ${secret.length + 1} characters (value not shown)`],
   ] as const) {
@@ -125,10 +125,10 @@ t.test('adapter ids and sources are bounded and free of control characters', asy
     message: /`parameters.adapter_source` must be at most 64 characters long/,
   })
   t.throws(() => parse({ inputs: 'x', parameters: { adapter_id: 'kjv/\r\nX-Evil: 1/..' } }), {
-    message: /`parameters.adapter_id` must not contain control characters/,
+    message: /`parameters.adapter_id` must not contain control or invisible formatting characters/,
   })
   t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b\u0000'], weights: [1, 1] } } }), {
-    message: /`parameters.merged_adapters.ids\[1\]` must not contain control characters/,
+    message: /`parameters.merged_adapters.ids\[1\]` must not contain control or invisible formatting characters/,
   })
   t.same(parse({ inputs: 'x', parameters: { adapter_id: '中文/适配器' } }).generation.adapter, {
     source: 'hub',
@@ -152,4 +152,27 @@ t.test('merge weights are bounded so the merged factors stay finite', async (t) 
     param: 'parameters.merged_adapters.weights[0]',
     message: /between -1000000 and 1000000/,
   })
+})
+
+t.test('unknown fields that look like credentials are refused without their value', async (t) => {
+  for (const [body, field] of [
+    [{ inputs: 'x', api_token: 'SECRETTOP' }, 'api_token'],
+    [{ inputs: 'x', parameters: { hf_token: 'hf_SECRETTOP' } }, 'parameters.hf_token'],
+    [{ inputs: 'x', parameters: { api_tokn: 'SECRETTOP' } }, 'parameters.api_tokn'],
+    [{ inputs: 'x', parameters: { extra: { password: 'SECRETTOP' } } }, 'parameters.extra'],
+  ] as const) {
+    t.throws(() => parse(body), {
+      param: field,
+      message: `Input validation error: \`${field}\` is not a known field; received (value not shown)`,
+    })
+  }
+  t.throws(() => parse({ inputs: 'x', parameters: { colour: 'red' } }), { message: /received "red"$/ })
+})
+
+t.test('invisible characters in an id are refused, and echoed escaped', async (t) => {
+  for (const c of ['\u007f', '\u0085', '\u2028', '\u202e', '\ufeff']) {
+    t.throws(() => parse({ inputs: 'x', parameters: { adapter_id: `kjv${c}` } }), {
+      message: new RegExp(`received "kjv\\\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}"$`),
+    })
+  }
 })

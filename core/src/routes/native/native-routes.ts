@@ -34,11 +34,12 @@ function fullText(request: NativeGenerateRequest, result: GenerationResult): str
 }
 
 /**
- * `value` with every character outside printable ASCII percent-encoded (as UTF-8): an adapter
- * directory may be named `中文`, and a header carrying it raw is refused by Node at send time.
+ * One header list item: characters outside printable ASCII percent-encoded as UTF-8 (an adapter
+ * directory may be named `中文`, and Node refuses a raw one at send time), and `%` and `,` too,
+ * so the value decodes unambiguously and an id holding a comma is not read as two merge inputs.
  */
-function headerSafe(value: string): string {
-  return value.replace(/[^\x20-\x7e]/gu, (c) => encodeURIComponent(c))
+function headerItem(value: string): string {
+  return value.replace(/[^\x20-\x7e]|[%,]/gu, (c) => encodeURIComponent(c))
 }
 
 function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeGenerateRequest): void {
@@ -48,8 +49,8 @@ function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeG
   // LoRAX names every adapter a response used: one id, or the merge inputs comma-joined.
   const used = adapter ? [adapter] : (merged ?? [])
   if (used.length > 0) {
-    reply.header('x-adapter-id', headerSafe(used.map((a) => a.id).join(',')))
-    reply.header('x-adapter-source', headerSafe([...new Set(used.map((a) => a.source))].join(',')))
+    reply.header('x-adapter-id', used.map((a) => headerItem(a.id)).join(','))
+    reply.header('x-adapter-source', [...new Set(used.map((a) => headerItem(a.source)))].join(','))
   }
 }
 
