@@ -249,3 +249,22 @@ t.test('rng: SplitMix64 reference values; xoshiro128** is uniform and seed-deter
   t.equal(outOfRange, 0)
   t.ok(Math.max(...buckets.map((x) => Math.abs(x - 10000))) < 500, `buckets ${buckets}`)
 })
+
+t.test('a vanishing temperature approaches greedy instead of overflowing f32', async (t) => {
+  const V = 6
+  const logits = Float32Array.from([0.5, 3.25, -1, 3.0, 2, -3])
+  const sampler = new TokenSampler(V)
+  for (const temperature of [1e-40, 1e-30, 1e-12]) {
+    for (const topK of [0, 5]) {
+      const sampling: SamplingParams = { ...GREEDY, temperature, topK, seed: 3n }
+      const state = new SamplingState(sampling, [])
+      const ids = new Set<number>()
+      for (let i = 0; i < 50; i++) {
+        const out = sampler.sample({ logits, offset: 0, state, constraint: null, eosTokenIds: [], topLogprobs: 0 })
+        if (out.kind !== 'token') throw new Error(out.kind)
+        ids.add(out.token.id)
+      }
+      t.same([...ids], [1], `temperature ${temperature}, top_k ${topK}: always the argmax`)
+    }
+  }
+})
