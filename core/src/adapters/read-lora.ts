@@ -53,7 +53,12 @@ function fail(id: string, detail: string): LoomError {
 }
 
 const isPositiveInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0
-const isPositive = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0
+/**
+ * Largest `lora_alpha` accepted. Real adapters use alphas near their rank; a huge one (1e308)
+ * passed "finite and positive", loaded, and overflowed f32 on every request.
+ */
+const MAX_LORA_ALPHA = 1e6
+const isAlpha = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v > 0 && v <= MAX_LORA_ALPHA
 
 function numberMap(id: string, field: string, value: unknown, check: (v: unknown) => boolean): Record<string, number> {
   if (value === undefined || value === null) return {}
@@ -106,13 +111,15 @@ async function readPeftConfig(dir: string, id: string): Promise<PeftLoraConfig> 
   const r = c.r ?? 8 // PEFT's defaults
   const alpha = c.lora_alpha ?? 8
   if (!isPositiveInt(r)) throw fail(id, `adapter_config.json: r is ${JSON.stringify(r)}, expected a positive integer`)
-  if (!isPositive(alpha)) throw fail(id, `adapter_config.json: lora_alpha is ${JSON.stringify(alpha)}, expected > 0`)
+  if (!isAlpha(alpha)) {
+    throw fail(id, `adapter_config.json: lora_alpha is ${JSON.stringify(alpha)}, expected > 0 and <= ${MAX_LORA_ALPHA}`)
+  }
   return {
     r,
     alpha,
     useRslora: c.use_rslora === true,
     rankPattern: numberMap(id, 'rank_pattern', c.rank_pattern, isPositiveInt),
-    alphaPattern: numberMap(id, 'alpha_pattern', c.alpha_pattern, isPositive),
+    alphaPattern: numberMap(id, 'alpha_pattern', c.alpha_pattern, isAlpha),
   }
 }
 

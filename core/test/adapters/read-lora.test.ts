@@ -148,6 +148,8 @@ t.test('adapter_config.json problems', async (t) => {
   await edit({ r: 4 }, 'says r = 4')
   await edit({ r: 0 }, 'positive integer')
   await edit({ rank_pattern: { q_proj: 'big' } }, 'rank_pattern')
+  await edit({ lora_alpha: 1e308 }, 'lora_alpha is 1e+308, expected > 0 and <= 1000000')
+  await edit({ alpha_pattern: { q_proj: 1e308 } }, 'alpha_pattern["q_proj"] is 1e+308')
   const dir = await adapter(t, {})
   writeFileSync(join(dir, 'adapter_config.json'), '{ nope')
   await expectInvalid(t, readLoraAdapter(dir, 'my/adapter', spec), 'not valid JSON')
