@@ -307,7 +307,9 @@ export class AdapterRegistry {
     reload
       .catch((err: unknown) => {
         const error = loadError(entry, err)
-        this.logger.warn({ adapter: entry.key, err: error }, 'adapter reload failed')
+        // A capacity refusal (every slot pinned) is not a fault: no stack trace for it.
+        if (error.status === 503) this.logger.warn({ adapter: entry.key, code: error.code }, error.message)
+        else this.logger.warn({ adapter: entry.key, err: error }, 'adapter reload failed')
         if (this.entries.get(entry.key) === entry && entry.refs > 0) this.events.onReloadFailed(entry.key, error)
       })
       .finally(() => {

@@ -23,6 +23,10 @@ export function reportError(
   if (!isLoomError(err) && loomError.code === 'internal_error') {
     // The only record of what really happened: the client sees the request id alone.
     request.log.error({ err }, 'unhandled error')
+  } else if (loomError.status === 503) {
+    // Unavailable (slots full, a source down, shutting down): a condition to watch, not a fault
+    // with a stack worth printing.
+    request.log.warn({ code: loomError.code, status: loomError.status, param: loomError.param }, loomError.message)
   } else if (loomError.status >= 500) {
     request.log.error({ err: loomError, code: loomError.code }, loomError.message)
   } else {

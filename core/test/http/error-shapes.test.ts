@@ -17,6 +17,9 @@ async function serverWithRoutes(): Promise<TestServer> {
     scope.post(OPENAI, async () => {
       throw fieldError('temperature', 'must be between 0 and 2', 7)
     })
+    scope.post('/slots', async () => {
+      throw new LoomError('adapter_slots_full', { id: 'acme/poet', detail: 'all 3 slots are pinned' })
+    })
     scope.post('/crash', async () => {
       throw new Error('segfault in kernel at 0xdeadbeef')
     })
@@ -85,6 +88,20 @@ t.test('an unknown route is 404 in the family of its URL, without the query stri
 
   const v1Root = await app.inject({ method: 'GET', url: '/v1' })
   t.equal(v1Root.json().error.code, 'route_not_found', '/v1 itself is the OpenAI family')
+})
+
+t.test('a 503 (a capacity or availability condition) is logged as a warning without a stack', async (t) => {
+  const server = await serverWithRoutes()
+  t.teardown(() => server.app.close())
+  const res = await server.app.inject({ method: 'POST', url: '/slots', payload: {} })
+  t.equal(res.statusCode, 503)
+  const line = server
+    .logText()
+    .split('\n')
+    .find((l) => l.includes('"code":"adapter_slots_full"'))
+  t.ok(line, 'logged')
+  t.match(JSON.parse(line!), { level: 40, status: 503 })
+  t.notMatch(line!, /"stack"/)
 })
 
 t.test('a known path with the wrong method is 405 naming the allowed methods', async (t) => {
