@@ -97,11 +97,22 @@ export function prepareSchema(schema: unknown): PreparedSchema {
     splices.set(marker, splice)
     return { const: marker }
   }
-  return { schema: walk(schema, mark), splices }
+  return { schema: walk(schema, mark, 0), splices }
 }
 
-function walk(node: unknown, mark: (splice: Splice) => Json): unknown {
+/**
+ * Deepest nesting of schemas (an `items` or a property inside another) accepted. XGrammar 0.1.27's
+ * WebAssembly build runs out of stack between 50 and 60 levels and reports "memory access out of
+ * bounds"; 32 leaves room and is deeper than real response schemas go.
+ */
+const MAX_SCHEMA_DEPTH = 32
+
+function walk(node: unknown, mark: (splice: Splice) => Json, depth: number): unknown {
   if (!isObject(node)) return node
+  if (depth > MAX_SCHEMA_DEPTH) {
+    refuse('nesting', `schemas nested more than ${MAX_SCHEMA_DEPTH} levels deep are not supported`)
+  }
+  const nested = (child: unknown) => walk(child, mark, depth + 1)
   for (const keyword of Object.keys(node)) {
     const why = REFUSED[keyword]
     if (why !== undefined && !(keyword === 'uniqueItems' && node[keyword] === false)) refuse(keyword, why)
@@ -114,11 +125,11 @@ function walk(node: unknown, mark: (splice: Splice) => Json): unknown {
   }
   const out: Json = {}
   for (const [key, value] of Object.entries(node)) {
-    if (SCHEMA_VALUED.includes(key)) out[key] = walk(value, mark)
-    else if (SCHEMA_LISTS.includes(key) && Array.isArray(value)) out[key] = value.map((v) => walk(v, mark))
-    else if (key === 'items' && Array.isArray(value)) out[key] = value.map((v) => walk(v, mark))
+    if (SCHEMA_VALUED.includes(key)) out[key] = nested(value)
+    else if (SCHEMA_LISTS.includes(key) && Array.isArray(value)) out[key] = value.map(nested)
+    else if (key === 'items' && Array.isArray(value)) out[key] = value.map(nested)
     else if (SCHEMA_MAPS.includes(key) && isObject(value))
-      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, mark)]))
+      out[key] = Object.fromEntries(Object.entries(value).map(([k, v]) => [k, nested(v)]))
     else out[key] = value
   }
   return rewriteLeaf(out, mark)

@@ -237,3 +237,20 @@ t.test('spliceGrammar swaps marker literals for rules', async (t) => {
   )
   t.throws(() => spliceGrammar('root ::= (("\\"LOOMSPLICE0\\","))\n', rules))
 })
+
+t.test('schemas nested deeper than 32 levels are refused by name, not by an engine crash', async (t) => {
+  const nest = (depth: number, wrap: (inner: unknown) => unknown) => {
+    let schema: unknown = { type: 'integer' }
+    for (let i = 0; i < depth; i++) schema = wrap(schema)
+    return schema
+  }
+  const arrays = (inner: unknown) => ({ type: 'array', items: inner })
+  const objects = (inner: unknown) => ({ type: 'object', properties: { a: inner }, required: ['a'] })
+  for (const wrap of [arrays, objects]) {
+    t.doesNotThrow(() => prepareSchema(nest(32, wrap)))
+    t.throws(() => prepareSchema(nest(33, wrap)), {
+      code: 'grammar_unsupported',
+      message: /`nesting` is not supported: schemas nested more than 32 levels deep are not supported/,
+    })
+  }
+})
