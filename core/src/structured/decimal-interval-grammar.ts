@@ -11,8 +11,9 @@
  *   distinct double: comparing the text exactly (what the grammar does) and comparing the parsed
  *   doubles (what a validator does) then always agree, exclusive bounds included;
  * - every such decimal inside the interval is produced, and none outside it.
- * It is therefore a subset of the schema's numbers (no exponents, no 16th digit; a missing bound
- * becomes the largest 15-digit magnitude), never a superset.
+ * It is therefore a subset of the schema's numbers (no exponents, no 16th digit; a missing bound,
+ * or one beyond that range on its open side, becomes the largest 15-digit magnitude), never a
+ * superset.
  */
 
 /** One side of an interval: the bound and whether it is excluded. */
@@ -178,8 +179,14 @@ function magnitude(rules: RuleSet, a: bigint, b: bigint, fraction: number, maxIn
  * bound needs more than 15 digits or no such number lies in the interval.
  */
 export function intervalGrammar(prefix: string, interval: NumericInterval): IntervalGrammar {
-  const min = interval.min === undefined ? null : decimalOf(interval.min.value)
-  const max = interval.max === undefined ? null : decimalOf(interval.max.value)
+  // A bound beyond the largest 15-digit magnitude, on the side it does not restrict, is no bound
+  // here (every number this grammar writes already lies inside it): the ±(2^53 − 1) that JSON
+  // schema generators (zod's `.int()`) put on every integer then costs nothing.
+  const widest = 10 ** MAX_DIGITS - 1
+  const outside = (b: IntervalBound | undefined, sign: 1 | -1): boolean =>
+    b === undefined || sign * b.value > widest || (sign * b.value === widest && !b.exclusive)
+  const min = outside(interval.min, -1) ? null : decimalOf(interval.min!.value)
+  const max = outside(interval.max, 1) ? null : decimalOf(interval.max!.value)
   const bounds = [min, max].filter((d): d is Decimal => d !== null)
   const boundIntDigits = Math.max(0, ...bounds.map(integerDigits))
   let fraction = 0

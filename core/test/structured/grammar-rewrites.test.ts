@@ -123,6 +123,27 @@ t.test('interval grammars accept exactly the in-range decimals', async (t) => {
   }
 })
 
+t.test("bounds beyond 15 digits on their open side (zod's int: ±(2^53 - 1)) are no bound", async (t) => {
+  const safe = Number.MAX_SAFE_INTEGER
+  const zod = intervalRegex({
+    integer: true,
+    min: { value: -safe, exclusive: false },
+    max: { value: safe, exclusive: false },
+  })
+  const free = intervalRegex({ integer: true })
+  for (const text of ['0', '-7', '42', '999999999999999', '-999999999999999']) {
+    t.ok(zod.test(text), `${text} accepted`)
+    t.equal(zod.test(text), free.test(text))
+  }
+  t.notOk(zod.test('1000000000000000'), 'still no 16th digit')
+  const half = intervalRegex({
+    integer: true,
+    min: { value: -1e300, exclusive: true },
+    max: { value: 10, exclusive: false },
+  })
+  t.ok(half.test('-123456789012345') && half.test('10') && !half.test('11'))
+})
+
 t.test('interval grammars refuse bounds they cannot write', async (t) => {
   t.throws(() => intervalGrammar('n', { integer: true, min: { value: 1e16, exclusive: false } }))
   t.throws(() =>
