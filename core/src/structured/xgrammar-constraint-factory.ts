@@ -157,12 +157,24 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     const runtime = await this.#getRuntime()
     const key = `${request.strict ? 'strict' : 'loose'}:${request.key}`
     const compiled = await runtime.cache.getOrCompile(key, () => this.#compile(runtime, request))
-    return new XGrammarConstraint(
+    const constraint = new XGrammarConstraint(
       await newMatcher(runtime, compiled),
       this.vocabSize,
       this.eosTokenIds,
       runtime.xgrammar.memory,
     )
+    // A schema that admits no value (`{"$ref": "#"}`, a `$ref` cycle with no way out) compiles,
+    // then fails the request mid-generation as a 500: refuse it here, before it is queued.
+    const mask = new Uint32Array(Math.ceil(this.vocabSize / 32))
+    if (constraint.fillNextTokenMask(mask) && mask.every((word) => word === 0)) {
+      constraint.dispose()
+      throw new LoomError(
+        'grammar_unsupported',
+        { detail: 'the schema admits no JSON value (is it a `$ref` cycle with no way out?)' },
+        { param: 'response_format' },
+      )
+    }
+    return constraint
   }
 
   /** Free the compiled grammars and refuse new requests; live constraints keep working. */
