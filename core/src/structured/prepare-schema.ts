@@ -97,7 +97,31 @@ export function prepareSchema(schema: unknown): PreparedSchema {
     splices.set(marker, splice)
     return { const: marker }
   }
+  const properties = countProperties(schema)
+  if (properties > MAX_SCHEMA_PROPERTIES) {
+    refuse(
+      'properties',
+      `schemas with more than ${MAX_SCHEMA_PROPERTIES} properties in all are not supported (this one has ${properties}): XGrammar compiles on the server's event loop, in time that grows with the square of the property count`,
+    )
+  }
   return { schema: walk(schema, mark, 0), splices }
+}
+
+/**
+ * Most properties (over every object of a schema) accepted. Compiling holds up every other
+ * request while it runs (the first time a schema is seen; then it is cached): 64 properties take
+ * ~1 s with the demo model's 2k-token vocabulary, 100 took 6 s and 3000 wedged the server.
+ */
+const MAX_SCHEMA_PROPERTIES = 64
+
+/** Properties named anywhere in `node` (any depth; cycles are impossible in parsed JSON). */
+function countProperties(node: unknown, depth = 0): number {
+  if (node === null || typeof node !== 'object' || depth > 2 * MAX_SCHEMA_DEPTH + 8) return 0
+  let count = 0
+  if (!Array.isArray(node) && isObject((node as Json).properties))
+    count += Object.keys((node as Json).properties as Json).length
+  for (const value of Object.values(node)) count += countProperties(value, depth + 1)
+  return count
 }
 
 /**

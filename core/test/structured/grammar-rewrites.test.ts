@@ -275,3 +275,19 @@ t.test('schemas nested deeper than 32 levels are refused by name, not by an engi
     })
   }
 })
+
+t.test('schemas with more than 64 properties in all are refused before compiling', async (t) => {
+  const object = (n: number, offset = 0) => ({
+    type: 'object',
+    properties: Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i + offset}`, { type: 'string' }])),
+  })
+  t.doesNotThrow(() => prepareSchema(object(64)))
+  t.throws(() => prepareSchema(object(65)), {
+    code: 'grammar_unsupported',
+    message:
+      /`properties` is not supported: schemas with more than 64 properties in all are not supported \(this one has 65\)/,
+  })
+  t.throws(() => prepareSchema({ type: 'array', items: { anyOf: [object(40), object(30, 40)] } }), {
+    message: /this one has 70/,
+  })
+})
