@@ -186,6 +186,21 @@ export class GenerationService {
 
   #promptIds(text: string, addSpecialTokens: boolean, request: GenerationRequest): number[] {
     const { tokenizer, limits } = this.#deps
+    // Tokenizing runs on the event loop (~1.5 s for 1 MB): a text longer than the limit's worth
+    // of the longest token cannot fit, so refuse it without tokenizing.
+    const longest = this.#longestTokenChars()
+    if (request.truncate === null && text.length > (limits.maxInputLength + 2) * longest) {
+      const atLeast = Math.ceil(text.length / longest)
+      throw new LoomError(
+        'validation_error',
+        {
+          field: 'inputs',
+          expected: `must be at most ${limits.maxInputLength} tokens long (set \`parameters.truncate\` to keep the last tokens)`,
+          received: `at least ${atLeast} (${text.length} characters)`,
+        },
+        { param: 'inputs' },
+      )
+    }
     let ids = tokenizer.encode(text, { addSpecialTokens })
     if (request.truncate !== null && ids.length > request.truncate) ids = ids.slice(-request.truncate)
     if (ids.length === 0) throw fieldError('inputs', 'must encode to at least one token', text)
@@ -197,6 +212,21 @@ export class GenerationService {
       )
     }
     return ids
+  }
+
+  #longestToken: number | null = null
+
+  /** Characters in the vocabulary's longest token (decoded with its special tokens), computed once. */
+  #longestTokenChars(): number {
+    if (this.#longestToken === null) {
+      const { tokenizer } = this.#deps
+      let longest = 1
+      for (let id = 0; id < tokenizer.vocabSize; id++) {
+        longest = Math.max(longest, tokenizer.decode([id], { skipSpecialTokens: false }).length)
+      }
+      this.#longestToken = longest
+    }
+    return this.#longestToken
   }
 
   #constraint(request: GenerationRequest) {
