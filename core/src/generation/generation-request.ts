@@ -56,4 +56,9 @@ export interface RequestLimits {
   readonly maxTotalTokens: number
   readonly maxStopSequences: number
   readonly maxTopLogprobs: number
+  /**
+   * Sequences the server holds at once (`limits.max_concurrent_requests`): a request whose
+   * choices × prompts exceed it can never be admitted. Absent: not checked.
+   */
+  readonly maxSequences?: number
 }

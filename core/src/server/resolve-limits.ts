@@ -32,5 +32,6 @@ export function resolveLimits(config: ValidConfig, capabilities: BackendCapabili
     maxTotalTokens,
     maxStopSequences: config.limits.max_stop_sequences,
     maxTopLogprobs: 20,
+    maxSequences: config.limits.max_concurrent_requests,
   }
 }

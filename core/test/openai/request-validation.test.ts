@@ -164,4 +164,18 @@ t.test('v1 request validation', async (t) => {
       /must be at most 1024 characters long/,
     )
   })
+
+  t.test('a request that can never be admitted is a 422 naming n or prompt, not a retryable 429', async (t) => {
+    const many = await refusal(
+      client.completions.create({ model: '', prompt: Array(9).fill('A'), n: 16, max_tokens: 2 }),
+    )
+    t.type(many, OpenAI.UnprocessableEntityError)
+    t.equal(many?.param, 'n')
+    t.match(many?.message, /`n` times the 9 prompts must be <= 128 \(max_concurrent_requests/)
+    const prompts = await refusal(client.completions.create({ model: '', prompt: Array(200).fill('A'), max_tokens: 2 }))
+    t.equal(prompts?.param, 'prompt')
+    t.match(prompts?.message, /must hold at most 128 .* prompts; received 200$/)
+    const bestOf = await refusal(client.completions.create({ model: '', prompt: 'A', best_of: 2, max_tokens: 2 }))
+    t.match(bestOf?.message, /`best_of` is not supported by this server \(only 1, the default\); received 2/)
+  })
 })

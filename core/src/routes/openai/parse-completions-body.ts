@@ -32,7 +32,9 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
   }
   rejectUnknownKeys(body, COMPLETION_FIELDS, '')
   if (body.suffix !== undefined) throw fieldError('suffix', 'is not supported by this server', body.suffix)
-  optionalNumber(body, 'best_of', 'best_of', { integer: true, min: 1, max: 1 })
+  if (![undefined, null, 1].includes(body.best_of as number | null | undefined)) {
+    throw fieldError('best_of', 'is not supported by this server (only 1, the default)', body.best_of)
+  }
   const prompt = body.prompt
   const prompts = typeof prompt === 'string' ? [prompt] : prompt
   if (!Array.isArray(prompts) || prompts.length === 0 || prompts.some((p) => typeof p !== 'string')) {
@@ -43,6 +45,13 @@ export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): Com
     if ((p as string).length === 0) throw fieldError(promptFields[i]!, 'must not be empty', p)
   })
   const common = parseOpenAiCommon(body, ctx, 'max_tokens', COMPLETIONS_DEFAULT_MAX_TOKENS)
+  const sequences = prompts.length * common.n
+  if (ctx.limits.maxSequences !== undefined && sequences > ctx.limits.maxSequences) {
+    // Never admissible, so not a (retryable) 429 `overloaded`.
+    const limit = `${ctx.limits.maxSequences} (max_concurrent_requests: each choice of each prompt is one sequence)`
+    if (common.n > 1) throw fieldError('n', `times the ${prompts.length} prompts must be <= ${limit}`, common.n)
+    throw fieldError('prompt', `must hold at most ${limit} prompts`, prompts.length)
+  }
   const echo = optionalBoolean(body, 'echo', 'echo') ?? false
   const logprobs = optionalNumber(body, 'logprobs', 'logprobs', { integer: true, min: 0, max: 5 }) ?? null
   if (echo && logprobs !== null && common.stream) {
