@@ -175,6 +175,17 @@ t.test('v1 request validation', async (t) => {
     const prompts = await refusal(client.completions.create({ model: '', prompt: Array(200).fill('A'), max_tokens: 2 }))
     t.equal(prompts?.param, 'prompt')
     t.match(prompts?.message, /must hold at most 128 .* prompts; received 200$/)
+    await expectRefusal(
+      t,
+      client.completions.create({
+        model: '',
+        prompt: 'A',
+        max_tokens: 2,
+        response_format: { type: 'json_object' },
+      } as never),
+      'response_format',
+      /`response_format` is supported on \/v1\/chat\/completions only/,
+    )
     const bestOf = await refusal(client.completions.create({ model: '', prompt: 'A', best_of: 2, max_tokens: 2 }))
     t.match(bestOf?.message, /`best_of` is not supported by this server \(only 1, the default\); received 2/)
   })

@@ -23,11 +23,11 @@ export interface CompletionsRequest extends OpenAiCommon {
 /** Parse a `/v1/completions` body: `prompt` is a string or an array of strings; no template is applied. */
 export function parseCompletionsBody(raw: unknown, ctx: OpenAiParseContext): CompletionsRequest {
   const body = openAiBody(raw)
-  if (body.response_format !== undefined) {
-    throw new LoomError(
-      'bad_request',
-      { detail: '`response_format` is supported on /v1/chat/completions only; use that endpoint for JSON output' },
-      { param: 'response_format' },
+  if (body.response_format !== undefined && body.response_format !== null) {
+    throw fieldError(
+      'response_format',
+      'is supported on /v1/chat/completions only; use that endpoint for JSON output',
+      body.response_format,
     )
   }
   rejectUnknownKeys(body, COMPLETION_FIELDS, '')
