@@ -1,4 +1,4 @@
-import { LoomError, fieldError } from '../../errors/index.ts'
+import { fieldError } from '../../errors/index.ts'
 import type { GenerationRequest } from '../../generation/generation-request.ts'
 import { optionalBoolean, optionalNumber, rejectUnknownKeys } from '../../validation/fields.ts'
 import { openAiBody } from './openai-body.ts'
