@@ -239,7 +239,7 @@ t.test('the OpenAI SDK works against Loom', async (t) => {
     const onCompletions = await client.completions
       .create({ model: '', prompt: 'x', response_format: { type: 'json_object' } } as never)
       .catch((e: unknown) => e)
-    t.type(onCompletions, OpenAI.BadRequestError)
+    t.type(onCompletions, OpenAI.UnprocessableEntityError)
     t.match(String(onCompletions), /use that endpoint for JSON output/)
   })
 
