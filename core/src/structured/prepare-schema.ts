@@ -137,6 +137,14 @@ function walk(node: unknown, mark: (splice: Splice) => Json, depth: number): unk
     refuse('nesting', `schemas nested more than ${MAX_SCHEMA_DEPTH} levels deep are not supported`)
   }
   const nested = (child: unknown) => walk(child, mark, depth + 1)
+  if (isObject(node.properties)) {
+    // XGrammar 0.1.27 writes the name unescaped into an EBNF string literal and then fails to read
+    // it back ("EBNF lexer error ... Expect \" in string literal"); a tab survives.
+    const bad = Object.keys(node.properties).find((name) => /[\u0000-\u0008\u000a-\u001f"]/.test(name))
+    if (bad !== undefined) {
+      refuse('properties', `property names with \`"\` or control characters (${JSON.stringify(bad)}) are not supported`)
+    }
+  }
   for (const keyword of Object.keys(node)) {
     const why = REFUSED[keyword]
     if (why !== undefined && !(keyword === 'uniqueItems' && node[keyword] === false)) refuse(keyword, why)

@@ -291,3 +291,15 @@ t.test('schemas with more than 64 properties in all are refused before compiling
     message: /this one has 70/,
   })
 })
+
+t.test('property names with control characters are refused by name, not by an EBNF lexer error', async (t) => {
+  t.throws(() => prepareSchema({ type: 'object', properties: { 'a\nb': { type: 'boolean' } }, required: ['a\nb'] }), {
+    code: 'grammar_unsupported',
+    message:
+      /`properties` is not supported: property names with `"` or control characters \("a\\nb"\) are not supported/,
+  })
+  t.throws(() => prepareSchema({ type: 'object', properties: { 'a"b': { type: 'boolean' } } }), {
+    code: 'grammar_unsupported',
+  })
+  t.doesNotThrow(() => prepareSchema({ type: 'object', properties: { 'a b/ü\\\t': { type: 'boolean' } } }))
+})
