@@ -111,6 +111,8 @@ export class AdapterCache {
         metrics?.adapterDownloaded(resolved.source, 'downloaded', (performance.now() - started) / 1000)
         return dir
       } catch (err) {
+        // Shutting down: no retry, and say so rather than "download failed".
+        if (this.#closed.signal.aborted) throw new LoomError('server_closing')
         lastError = err
         if (!isTransient(err) || attempt === attempts) break
         const waitMs = (this.#options.backoffMs ?? 500) * 2 ** (attempt - 1)

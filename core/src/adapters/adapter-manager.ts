@@ -49,6 +49,8 @@ export class AdapterManager {
   readonly #loading = new Map<string, Promise<AcquiredAdapter>>()
   readonly #resolved = new Map<string, { at: number; value: ResolvedAdapter }>()
   readonly #merger: AdapterMerger
+  /** Aborted by `close()`: authorization checks, resolutions, downloads and merges in flight stop. */
+  readonly #closed = new AbortController()
 
   constructor(deps: AdapterManagerDeps) {
     this.#deps = deps
@@ -57,6 +59,27 @@ export class AdapterManager {
       pathFor: (resolved) => deps.cache.pathFor(resolved),
       logger: deps.logger,
     })
+  }
+
+  /**
+   * Server shutdown: stop what is waiting on sources or computing (checks, resolutions, downloads,
+   * merges); the requests behind them answer `server_closing` instead of holding the drain.
+   */
+  close(): void {
+    this.#closed.abort(new LoomError('server_closing'))
+    this.#deps.auth.close()
+    this.#deps.cache.close()
+    this.#merger.close()
+  }
+
+  /** A request's signal that also fires when the server closes. */
+  #signalFor(signal: AbortSignal): AbortSignal {
+    return AbortSignal.any([signal, this.#closed.signal])
+  }
+
+  /** `server_closing` once closed (whatever a source threw on the abort), else `err`. */
+  #closingOr(err: unknown): unknown {
+    return this.#closed.signal.aborted ? new LoomError('server_closing') : err
   }
 
   /** Source codes this server answers to, for errors and `/info`. */
@@ -108,8 +131,10 @@ export class AdapterManager {
   /** Resolve, fetch (once) and load `ref`; does not authorize (see `authorize`). */
   async acquire(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<AcquiredAdapter> {
     const source = this.#source(ref)
-    const ctx = { token, signal, logger: this.#deps.logger }
-    const resolved = await this.#resolve(source, ref, ctx)
+    const ctx = { token, signal: this.#signalFor(signal), logger: this.#deps.logger }
+    const resolved = await this.#resolve(source, ref, ctx).catch((err: unknown) => {
+      throw this.#closingOr(err)
+    })
     const key = `${resolved.source}:${resolved.id}@${resolved.revision}`
     let loading = this.#loading.get(key)
     if (!loading) {
@@ -141,11 +166,13 @@ export class AdapterManager {
     const inputs = await Promise.all(
       request.inputs.map(async (ref): Promise<MergeInput> => {
         const source = this.#source(ref)
-        const ctx = { token, signal, logger: this.#deps.logger }
+        const ctx = { token, signal: this.#signalFor(signal), logger: this.#deps.logger }
         const resolved = await this.#resolve(source, ref, ctx)
         return { resolved, dir: await this.#deps.cache.ensure(resolved, source, ctx) }
       }),
-    )
+    ).catch((err: unknown) => {
+      throw this.#closingOr(err)
+    })
     return this.#merger.acquire(inputs, request)
   }
 

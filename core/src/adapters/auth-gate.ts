@@ -24,9 +24,16 @@ export class AuthGate {
   readonly #options: AuthGateOptions
   readonly #inflight = new Map<string, Promise<AuthDecision>>()
   readonly #allowedUntil = new Map<string, number>()
+  /** Aborted by `close()`: checks in flight stop and answer `server_closing`. */
+  readonly #closed = new AbortController()
 
   constructor(options: AuthGateOptions) {
     this.#options = options
+  }
+
+  /** Server shutdown: abort checks in flight (a slow source must not hold the drain). */
+  close(): void {
+    this.#closed.abort(new LoomError('server_closing'))
   }
 
   /**
@@ -66,7 +73,8 @@ export class AuthGate {
     }
     let pending = this.#inflight.get(key)
     if (!pending) {
-      pending = checker.check(ref, token, AbortSignal.timeout(CHECK_TIMEOUT_MS))
+      if (this.#closed.signal.aborted) throw new LoomError('server_closing')
+      pending = checker.check(ref, token, AbortSignal.any([AbortSignal.timeout(CHECK_TIMEOUT_MS), this.#closed.signal]))
       this.#inflight.set(key, pending)
       const done = () => this.#inflight.delete(key)
       pending.then(done, done)
@@ -75,6 +83,7 @@ export class AuthGate {
     try {
       decision = await pending
     } catch (err) {
+      if (this.#closed.signal.aborted) throw new LoomError('server_closing')
       this.#options.metrics?.authChecked(ref.source, 'error')
       if (isLoomError(err)) throw err
       throw new LoomError('auth_unavailable', { id: ref.id, detail: (err as Error).message }, { cause: err })

@@ -18,9 +18,13 @@ async function main(): Promise<number> {
   const server = await LoomServer.create(config)
   let stopping = false
   const stop = (signal: string) => {
-    if (stopping) return
+    if (stopping) {
+      // A second signal means "now": in-flight requests (a long merge, a slow source) are dropped.
+      server.logger.warn({ signal }, 'second signal: exiting without draining')
+      process.exit(1)
+    }
     stopping = true
-    server.logger.info({ signal }, 'shutting down: draining requests')
+    server.logger.info({ signal }, 'shutting down: draining requests (send the signal again to exit at once)')
     server.close().then(
       () => process.exit(0),
       (err: unknown) => {

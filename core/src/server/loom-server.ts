@@ -183,7 +183,6 @@ export class LoomServer {
       logger,
       metrics: this.app.loomMetrics,
     })
-    this.#stopDownloads = () => cache.close()
     const adapters = new AdapterManager({
       sources: this.#container.adapterSources(),
       auth: new AuthGate({
@@ -197,6 +196,7 @@ export class LoomServer {
       resolveTtlSeconds: config.adapters.resolve_ttl_s,
       onLoaded: (source, seconds) => this.app.loomMetrics.adapterLoaded(source, seconds),
     })
+    this.#stopDownloads = () => adapters.close()
     const eosTokenIds = await readEosTokenIds(config.model.path)
     // Structured output: the grammar engine loads lazily on the first response_format request.
     const constraints = await XGrammarConstraintFactory.fromModelDir(config.model.path, {

@@ -95,3 +95,22 @@ t.test('a header token reaches the source only when the adapter needs one', asyn
   t.same(priv.calls, [undefined, 'hf_ok'])
   await t.rejects(gate2.authorize(ref, 'sk-other', { fromHeader: true }), { code: 'auth_invalid' })
 })
+
+t.test('closing the gate stops checks in flight with server_closing', async (t) => {
+  const { impl } = checker(
+    () => new Promise<AuthDecision>(() => undefined), // a source that never answers
+  )
+  const slow: AuthChecker = {
+    source: 'hub',
+    check: (ref, token, signal) =>
+      new Promise((resolve, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason), { once: true })
+        void impl.check(ref, token, signal).then(resolve)
+      }),
+  }
+  const gate = new AuthGate({ checkers: new Map([['hub', slow]]), ttlSeconds: 0 })
+  const pending = gate.authorize(ref, 'tok')
+  gate.close()
+  await t.rejects(pending, { code: 'server_closing' })
+  await t.rejects(gate.authorize(ref, 'tok'), { code: 'server_closing' }, 'and new checks after it')
+})

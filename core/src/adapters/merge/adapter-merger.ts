@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import type { AdapterHandle, LocalAdapter, ResolvedAdapter } from '../../contracts/adapter.ts'
 import type { Backend, BackendCapabilities } from '../../contracts/backend.ts'
 import type { Logger } from '../../contracts/logger.ts'
-import type { ModelSpec } from '../../contracts/step-runner.ts'
+import type { LoraWeights, ModelSpec } from '../../contracts/step-runner.ts'
 import { LoomError } from '../../errors/index.ts'
 import { projectionShape } from '../projection-shape.ts'
 import { readLoraAdapter } from '../read-lora.ts'
@@ -88,12 +88,44 @@ function specFrom(caps: BackendCapabilities): ModelSpec {
   }
 }
 
+/**
+ * Merges computed at once. Each takes a core and holds every input's dense updates in memory:
+ * twelve concurrent merges of small adapters took 2 GB and ten times as long each, so distinct
+ * merges wait their turn (identical ones already share one computation).
+ */
+const MAX_CONCURRENT_MERGES = 1
+
 export class AdapterMerger {
   readonly #deps: AdapterMergerDeps
   readonly #loading = new Map<string, Promise<{ handle: AdapterHandle; dir: string }>>()
+  readonly #closed = new AbortController()
+  #running = 0
+  readonly #waiting: (() => void)[] = []
 
   constructor(deps: AdapterMergerDeps) {
     this.#deps = deps
+  }
+
+  /** Server shutdown: merges computing or waiting stop with `server_closing`. */
+  close(): void {
+    this.#closed.abort(new LoomError('server_closing'))
+    for (const wake of this.#waiting.splice(0)) wake()
+  }
+
+  /** Run `work` when fewer than `MAX_CONCURRENT_MERGES` merges are computing. */
+  async #inTurn<T>(work: () => Promise<T>): Promise<T> {
+    while (this.#running >= MAX_CONCURRENT_MERGES) {
+      if (this.#closed.signal.aborted) throw new LoomError('server_closing')
+      await new Promise<void>((resolve) => this.#waiting.push(resolve))
+    }
+    if (this.#closed.signal.aborted) throw new LoomError('server_closing')
+    this.#running++
+    try {
+      return await work()
+    } finally {
+      this.#running--
+      this.#waiting.shift()?.()
+    }
   }
 
   /** The merged adapter of `inputs` (in request order) as `request` describes, loaded. */
@@ -151,7 +183,7 @@ export class AdapterMerger {
   ): Promise<void> {
     const started = performance.now()
     const spec = specFrom(caps)
-    const parsed = []
+    const parsed: LoraWeights[] = []
     for (const input of inputs) {
       const id = input.resolved.id
       if (!existsSync(join(input.dir, 'adapter_config.json'))) {
@@ -163,10 +195,15 @@ export class AdapterMerger {
       parsed.push(await readLoraAdapter(input.dir, id, spec))
     }
     // On a worker thread: the SVDs of a large merge would otherwise stall every other request.
-    const { weights, report } = await mergeLoraWeightsInWorker(parsed, request, key, {
-      maxRank: caps.maxLoraRank,
-      shape: (module) => projectionShape(spec, module),
-    })
+    const { weights, report } = await this.#inTurn(() =>
+      mergeLoraWeightsInWorker(
+        parsed,
+        request,
+        key,
+        { maxRank: caps.maxLoraRank, shape: (module) => projectionShape(spec, module) },
+        this.#closed.signal,
+      ),
+    )
     if (report.modules === 0) {
       throw new LoomError('adapter_invalid', {
         id: key,

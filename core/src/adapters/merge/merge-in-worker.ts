@@ -20,13 +20,15 @@ function failed(detail: string): LoomError {
 /**
  * Same contract as `mergeLoraWeights`, computed on a new worker thread (one per merge: merges are
  * rare and cached, and a fresh worker frees its memory when it ends). Rejects with
- * `internal_error` when the worker throws or dies.
+ * `internal_error` when the worker throws or dies, and with `signal`'s reason (the worker
+ * terminated) when it is aborted.
  */
 export function mergeLoraWeightsInWorker(
   inputs: readonly LoraWeights[],
   request: MergeJob['request'],
   key: string,
   options: MergeLoraOptions,
+  signal?: AbortSignal,
 ): Promise<{ weights: LoraWeights; report: MergeReport }> {
   const shapes = Object.fromEntries(LORA_MODULES.map((m) => [m, options.shape(m)])) as Record<
     LoraModule,
@@ -51,6 +53,10 @@ export function mergeLoraWeightsInWorker(
     worker.once('exit', (code) =>
       settle(() => reject(failed(`the merge worker exited (code ${code}) without a result`))),
     )
+    // Aborted (server shutdown): stop the arithmetic now rather than let it hold the drain.
+    const abort = () => settle(() => reject(signal?.reason ?? failed('aborted')))
+    if (signal?.aborted) abort()
+    else signal?.addEventListener('abort', abort, { once: true })
     worker.postMessage(job)
   })
 }
