@@ -95,8 +95,17 @@ function parseOptions(
   file: string,
   substituted: ReadonlyMap<string, readonly string[]>,
 ): unknown {
-  const parsed = plugin.options.safeParse(raw)
+  let parsed = plugin.options.safeParse(raw)
   if (parsed.success) return parsed.data
+  // No `options:` at all means "the defaults" (`- use: '@loom/backend-cuda-native'`), as the
+  // plugin READMEs show: read it as `{}`, so a missing required key is named rather than
+  // `options` itself.
+  if (raw === undefined || raw === null) {
+    const empty = plugin.options.safeParse({})
+    if (empty.success) return empty.data
+    parsed = empty
+    raw = {}
+  }
   // Paths are relative to `options`, so an empty issue path names `plugins[i].options` itself.
   const prefix = `plugins[${loaded.index}].options`
   const issue = describeFirstIssue(parsed.error, { input: raw, schema: plugin.options, prefix, substituted })

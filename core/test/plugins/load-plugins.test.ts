@@ -115,12 +115,12 @@ t.test('bad plugin entries fail at start with the file, the key and the plugin',
       'loom.yaml: `plugins[1].options.retires` (plugin fixture-source) is not a known key (did you mean `retries`?); found 3',
     ),
   )
-  t.test('options missing altogether', (t) =>
+  t.test('options missing altogether: read as {}, so the missing required key is named', (t) =>
     rejects(
       t,
       `${RUNTIME}  - use: ./source.ts\n`,
       'plugin_options_invalid',
-      'loom.yaml: `plugins[1].options` (plugin fixture-source) is required; found nothing',
+      'loom.yaml: `plugins[1].options.name` (plugin fixture-source) is required; found nothing',
     ),
   )
   t.test('option values from the environment are named, never echoed', async (t) => {
