@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { LoomError } from '../errors/loom-error.ts'
 import { errorFamily } from './error-family.ts'
 import { reportError } from './report-error.ts'
 
@@ -16,4 +17,13 @@ export async function sendStreamError(request: FastifyRequest, reply: FastifyRep
   const loomError = reportError(request, err, server.loomMetrics, server.loomBodyLimit)
   if (reply.sse?.isConnected !== true) return
   await reply.sse.send({ data: errorFamily(request.url).payload(loomError) })
+}
+
+/**
+ * A stream whose client went away before its end: logged and counted once as `request_cancelled`
+ * (info level, `loom_request_cancelled`), like a cancellation the engine reports, so every request
+ * ends with exactly one outcome.
+ */
+export function reportStreamCancelled(request: FastifyRequest): void {
+  reportError(request, new LoomError('request_cancelled'), request.server.loomMetrics, request.server.loomBodyLimit)
 }

@@ -8,7 +8,7 @@ import type {
 } from '../../generation/generation-service.ts'
 import type { RequestLimits } from '../../generation/generation-request.ts'
 import { LoomError } from '../../errors/index.ts'
-import { sendStreamError } from '../../http/index.ts'
+import { reportStreamCancelled, sendStreamError } from '../../http/index.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { bearerToken } from '../bearer-token.ts'
 import { parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
@@ -105,7 +105,10 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       try {
         let last: TextToken | null = null
         for await (const event of started.events) {
-          if (!sse.isConnected) break
+          if (!sse.isConnected) {
+            reportStreamCancelled(request)
+            break
+          }
           if (event.type === 'token') {
             if (last) await sse.send({ data: { token: tokenJson(last), generated_text: null, details: null } })
             last = event.token

@@ -1,7 +1,7 @@
 import type {} from '@fastify/sse'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { GenerationResult, StartedGeneration, TextToken } from '../../generation/generation-service.ts'
-import { sendStreamError } from '../../http/index.ts'
+import { reportStreamCancelled, sendStreamError } from '../../http/index.ts'
 import { usageOf } from './openai-shapes.ts'
 import { mergeChoices } from './run-choices.ts'
 
@@ -67,7 +67,7 @@ export async function streamChoices(
     // Characters of each choice's output sent so far, to find the tail no token event carried.
     const sent = started.map(() => 0)
     for await (const { index, event } of mergeChoices(started)) {
-      if (!sse.isConnected) return
+      if (!sse.isConnected) return reportStreamCancelled(request)
       if (event.type === 'token') {
         sent[index]! += event.token.text.length
         const choice = shape.token(index, event.token)
@@ -79,7 +79,7 @@ export async function streamChoices(
         await sse.send(chunk([shape.finish(index, event.result)]))
       }
     }
-    if (!sse.isConnected) return
+    if (!sse.isConnected) return reportStreamCancelled(request)
     recordSuccess(reply, shape.promptTokens, results)
     if (shape.includeUsage) await sse.send(chunk([], usageOf(shape.promptTokens, results)))
     await sse.send('[DONE]')
