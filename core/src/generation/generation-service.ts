@@ -153,8 +153,12 @@ export class GenerationService {
     // An `adapter_id` naming Medusa heads replaces the default heads; the request then runs the base model.
     const medusa = acquiredHandle?.kind === 'medusa' ? acquiredHandle : null
     const adapter = medusa === null ? acquiredHandle : null
-    const speculator = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
     const sampled = request.sampling.temperature > 0
+    // Sampling under an output constraint does not speculate: with both, a seeded request's
+    // text depended on the tree sizes the adaptive policy picked (timing), so it was neither
+    // reproducible nor the text of a server without Medusa. Greedy constrained rows keep it.
+    const heads = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
+    const speculator = constraint !== null && sampled ? null : heads
     // Drawn below 2^53: `details.seed` is a JSON number, and a client must be able to send it back.
     const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE() % BigInt(Number.MAX_SAFE_INTEGER + 1)
     const backendRequest: BackendRequest = {

@@ -124,6 +124,23 @@ t.test('default and per-request Medusa over /generate', async (t) => {
   t.equal(other.status, 200, 'per-request Medusa with the default head count')
   t.same(other.ids, expected[0]!.ids, 'and still lossless')
 
+  // Sampling under a grammar does not speculate: the seeded text is the plain server's, every time.
+  const constrained = { do_sample: true, seed: 11, response_format: { type: 'json_object' }, max_new_tokens: 24 }
+  const plainJson = await generate(plain, 'Give JSON: ', constrained)
+  const steps = async () =>
+    Number(
+      /^loom_speculation_verify_steps (\d+)$/m.exec(
+        (await medusa.app.inject({ method: 'GET', url: '/metrics' })).body,
+      )?.[1],
+    )
+  const stepsBefore = await steps()
+  for (let run = 0; run < 3; run++) {
+    const got = await generate(medusa, 'Give JSON: ', constrained)
+    t.same(got.ids, plainJson.ids, `constrained sampling, run ${run}: the plain server's tokens`)
+    t.equal(got.skipped, 0, 'no speculation under a grammar when sampling')
+  }
+  t.equal(await steps(), stepsBefore, 'no verification step ran for them')
+
   const mismatch = await generate(medusa, 'x', { adapter_id: 'medusa-3' })
   t.equal(mismatch.status, 422)
   t.match(mismatch.error, {
