@@ -155,6 +155,33 @@ function walk(node: unknown, mark: (splice: Splice) => Json, depth: number): unk
   if (node.format === 'email' || node.format === 'idn-email') {
     refuse('format', 'the `email` format can produce invalid JSON escapes')
   }
+  if (node.format === 'date' || node.format === 'date-time' || node.format === 'time') {
+    refuse(
+      'format',
+      `\`${node.format}\` is checked by shape only (XGrammar lets June 31 and minute 60 through); use a string \`pattern\` and check the value after parsing`,
+    )
+  }
+  if (typeof node.$ref === 'string' && !node.$ref.startsWith('#')) {
+    refuse('$ref', `only references inside the schema (\`#...\`) are supported, not ${JSON.stringify(node.$ref)}`)
+  }
+  for (const keyword of BOUND_KEYWORDS) {
+    if (keyword in node && (typeof node[keyword] !== 'number' || !Number.isFinite(node[keyword]))) {
+      refuse(keyword, `it must be a finite number, not ${JSON.stringify(node[keyword])}`)
+    }
+  }
+  if (Array.isArray(node.enum) && node.enum.length === 0) refuse('enum', 'an empty enum admits no value')
+  if ('enum' in node || 'const' in node) {
+    // XGrammar writes the listed values and ignores the other keywords: a listed value they
+    // exclude would come out. Fine when every listed value passes them.
+    const values = 'const' in node ? [node.const] : Array.isArray(node.enum) ? node.enum : []
+    const excluded = values.find((value) => failsNarrowing(node, value))
+    if (excluded !== undefined) {
+      refuse(
+        'enum' in node ? 'enum' : 'const',
+        `${JSON.stringify(excluded)} is listed but excluded by the schema's other keywords: list only the allowed values`,
+      )
+    }
+  }
   const out: Json = {}
   for (const [key, value] of Object.entries(node)) {
     if (SCHEMA_VALUED.includes(key)) out[key] = nested(value)
@@ -165,6 +192,33 @@ function walk(node: unknown, mark: (splice: Splice) => Json, depth: number): unk
     else out[key] = value
   }
   return rewriteLeaf(out, mark)
+}
+
+/** Whether `value` breaks a bound, length or pattern of `node` (keywords of other types do not apply). */
+function failsNarrowing(node: Json, value: unknown): boolean {
+  if (typeof value === 'number') {
+    const n = (k: string) => (typeof node[k] === 'number' ? (node[k] as number) : undefined)
+    const [min, max, xmin, xmax] = ['minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum'].map(n)
+    return (
+      (min !== undefined && value < min) ||
+      (max !== undefined && value > max) ||
+      (xmin !== undefined && value <= xmin) ||
+      (xmax !== undefined && value >= xmax)
+    )
+  }
+  if (typeof value === 'string') {
+    const length = [...value].length
+    if (typeof node.minLength === 'number' && length < node.minLength) return true
+    if (typeof node.maxLength === 'number' && length > node.maxLength) return true
+    if (typeof node.pattern === 'string') {
+      try {
+        return !new RegExp(node.pattern, 'u').test(value)
+      } catch {
+        return true
+      }
+    }
+  }
+  return false
 }
 
 /** Swap a bounded number or a patterned string for a marker; other nodes are returned as they are. */

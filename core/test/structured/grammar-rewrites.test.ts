@@ -303,3 +303,23 @@ t.test('property names with control characters are refused by name, not by an EB
   })
   t.doesNotThrow(() => prepareSchema({ type: 'object', properties: { 'a b/ü\\\t': { type: 'boolean' } } }))
 })
+
+t.test('schemas a grammar would honour only partly are refused by keyword', async (t) => {
+  const cases: [unknown, RegExp][] = [
+    [
+      { type: 'integer', minimum: 1, enum: [5, 0] },
+      /`enum` is not supported: 0 is listed but excluded by the schema's other keywords/,
+    ],
+    [{ enum: ['ab', 'zz'], pattern: '^a' }, /"zz" is listed but excluded/],
+    [{ const: 'abc', maxLength: 2 }, /`const` is not supported: "abc" is listed but excluded/],
+    [{ $ref: 'http://example.com/s.json' }, /`\$ref` is not supported: only references inside the schema/],
+    [{ type: 'integer', minimum: true }, /`minimum` is not supported: it must be a finite number, not true/],
+    [{ enum: [] }, /`enum` is not supported: an empty enum admits no value/],
+    [{ type: 'string', format: 'date' }, /`format` is not supported: `date` is checked by shape only/],
+    [{ type: 'string', format: 'date-time' }, /`date-time` is checked by shape only/],
+  ]
+  for (const [schema, message] of cases) t.throws(() => prepareSchema(schema), { code: 'grammar_unsupported', message })
+  t.doesNotThrow(() => prepareSchema({ $defs: { a: { type: 'integer' } }, $ref: '#/$defs/a' }))
+  t.doesNotThrow(() => prepareSchema({ enum: [1, 2, 'x'] }))
+  t.doesNotThrow(() => prepareSchema({ type: 'integer', minimum: 0, enum: [1, 2] }), 'every listed value passes')
+})
