@@ -317,9 +317,12 @@ t.test('schemas a grammar would honour only partly are refused by keyword', asyn
     [{ enum: [] }, /`enum` is not supported: an empty enum admits no value/],
     [{ type: 'string', format: 'date' }, /`format` is not supported: `date` is checked by shape only/],
     [{ type: 'string', format: 'date-time' }, /`date-time` is checked by shape only/],
+    [{ type: 'string', maxLength: 1000 }, /`maxLength` is not supported: values above 256 are not supported/],
+    [{ type: 'string', minLength: 300 }, /`minLength` is not supported: values above 256/],
   ]
   for (const [schema, message] of cases) t.throws(() => prepareSchema(schema), { code: 'grammar_unsupported', message })
   t.doesNotThrow(() => prepareSchema({ $defs: { a: { type: 'integer' } }, $ref: '#/$defs/a' }))
   t.doesNotThrow(() => prepareSchema({ enum: [1, 2, 'x'] }))
+  t.doesNotThrow(() => prepareSchema({ type: 'string', minLength: 256, maxLength: 256 }))
   t.doesNotThrow(() => prepareSchema({ type: 'integer', minimum: 0, enum: [1, 2] }), 'every listed value passes')
 })
