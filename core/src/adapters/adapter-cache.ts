@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { AdapterSource, SourceContext } from '../contracts/adapter-source.ts'
@@ -15,6 +15,8 @@ const IDENTITY_FILE = '.loom-adapter.json'
 /** Adapters at least this large get progress lines in the log while they download. */
 const PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 const PROGRESS_EVERY_MS = 2000
+/** A temporary download directory untouched this long belongs to a process that died. */
+const STALE_TEMPORARY_MS = 6 * 60 * 60 * 1000
 
 /** Longest path segment `segment` returns (file systems allow 255 bytes). */
 const MAX_SEGMENT = 160
@@ -51,6 +53,9 @@ export interface AdapterCacheOptions {
 export class AdapterCache {
   readonly #options: AdapterCacheOptions
   readonly #inflight = new Map<string, Promise<string>>()
+  /** Cache directories whose files were checked against their source's sizes and checksums. */
+  readonly #verified = new Set<string>()
+  #sweepOnce: Promise<void> | null = null
   /** Aborted by `close()`: downloads in flight stop when the server shuts down. */
   readonly #closed = new AbortController()
 
@@ -79,15 +84,23 @@ export class AdapterCache {
     const dir = this.pathFor(resolved)
     const pending = this.#inflight.get(dir)
     if (pending) return pending
+    this.#sweepOnce ??= this.#sweepStaleTemporaries()
     if (await isComplete(dir)) {
-      if (await holds(dir, resolved)) {
+      // The files are checked once per process (sizes and checksums the source promised): a
+      // truncated or edited cache entry is fetched again rather than failing every request.
+      const problem = !(await holds(dir, resolved))
+        ? 'it holds another adapter'
+        : this.#verified.has(dir)
+          ? null
+          : await findDownloadProblem(dir, resolved.files)
+      if (problem === null) {
+        this.#verified.add(dir)
         this.#options.metrics?.adapterDownloaded(resolved.source, 'cached')
         return dir
       }
-      // Written by something else (an older naming scheme, a hand edit): never serve it as this adapter.
       this.#options.logger.warn(
-        { adapter: resolved.id, source: resolved.source, dir },
-        'cached adapter directory holds another adapter; downloading again',
+        { adapter: resolved.id, source: resolved.source, dir, problem },
+        'cached adapter directory is not usable; downloading again',
       )
       await rm(dir, { recursive: true, force: true })
     }
@@ -153,6 +166,22 @@ export class AdapterCache {
     } finally {
       stopProgress()
       await rm(tmp, { recursive: true, force: true })
+    }
+  }
+
+  /**
+   * Remove temporary download directories a killed process left behind. Only old ones: another
+   * process sharing this cache may be downloading into a fresh one right now.
+   */
+  async #sweepStaleTemporaries(): Promise<void> {
+    const tmpRoot = join(this.#options.root, '.tmp')
+    const entries = await readdir(tmpRoot).catch(() => [] as string[])
+    const cutoff = Date.now() - STALE_TEMPORARY_MS
+    for (const name of entries) {
+      const path = join(tmpRoot, name)
+      const info = await stat(path).catch(() => null)
+      if (info !== null && info.mtimeMs < cutoff)
+        await rm(path, { recursive: true, force: true }).catch(() => undefined)
     }
   }
 

@@ -1,4 +1,4 @@
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, readdir, utimes, writeFile } from 'node:fs/promises'
 import { join, relative, sep } from 'node:path'
 import t from 'tap'
 import pino from 'pino'
@@ -89,4 +89,37 @@ t.test('a complete directory whose identity names another adapter is downloaded 
   t.same(source.fetches, ['victim/1'], 'fetched rather than served from the mismatched directory')
   t.same(JSON.parse(await readFile(join(dir, 'adapter_config.json'), 'utf8')), { id: 'victim/1' })
   t.ok((await readdir(dir)).includes('.loom-complete'))
+})
+
+t.test('a cached entry whose files no longer match their source is fetched again', async (t) => {
+  const root = t.testdir()
+  const source = namingSource()
+  const wanted: ResolvedAdapter = { ...resolved('acme/p5'), files: [{ path: 'adapter_config.json', size: 16 }] }
+  const first = new AdapterCache({ root, attempts: 1, logger })
+  const dir = await first.ensure(wanted, source, { signal: AbortSignal.timeout(10_000), logger })
+  t.equal((await readFile(join(dir, 'adapter_config.json'), 'utf8')).length, 16)
+  // Damaged while the server was down (a truncated file).
+  await writeFile(join(dir, 'adapter_config.json'), '{"id":')
+  const restarted = new AdapterCache({ root, attempts: 1, logger })
+  await restarted.ensure(wanted, source, { signal: AbortSignal.timeout(10_000), logger })
+  t.same(source.fetches, ['acme/p5', 'acme/p5'], 'downloaded again')
+  t.same(JSON.parse(await readFile(join(dir, 'adapter_config.json'), 'utf8')), { id: 'acme/p5' })
+})
+
+t.test('temporary directories a killed process left long ago are removed; fresh ones are kept', async (t) => {
+  const root = t.testdir()
+  const stale = join(root, '.tmp', 'acme_2Fp-0123456789ab')
+  const fresh = join(root, '.tmp', 'acme_2Fq-ba9876543210')
+  await mkdir(stale, { recursive: true })
+  await mkdir(fresh, { recursive: true })
+  const old = new Date(Date.now() - 7 * 60 * 60 * 1000)
+  await utimes(stale, old, old)
+  const cache = new AdapterCache({ root, attempts: 1, logger })
+  await cache.ensure(resolved('acme/x'), namingSource(), { signal: AbortSignal.timeout(10_000), logger })
+  for (let i = 0; i < 50 && (await readdir(join(root, '.tmp'))).includes('acme_2Fp-0123456789ab'); i++) {
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+  const left = await readdir(join(root, '.tmp'))
+  t.notOk(left.includes('acme_2Fp-0123456789ab'), 'the stale one is gone')
+  t.ok(left.includes('acme_2Fq-ba9876543210'), 'the fresh one stays (another process may be using it)')
 })
