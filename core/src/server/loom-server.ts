@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs'
 import type { DestinationStream } from 'pino'
 import { AdapterCache } from '../adapters/adapter-cache.ts'
 import { AdapterManager, type KnownAdapter } from '../adapters/adapter-manager.ts'
@@ -103,7 +104,13 @@ export class LoomServer {
     try {
       const tokenizer = await container.container.resolve<TokenizerLoader>(TokenizerLoader).load(config.model.path)
       if (!tokenizer) {
-        throw new LoomError('model_invalid', { path: config.model.path, detail: 'it has no tokenizer.json' })
+        const missing = !existsSync(config.model.path)
+        throw new LoomError('model_invalid', {
+          path: config.model.path,
+          detail: missing
+            ? `the directory does not exist (check \`model.path\` in ${config.file})`
+            : 'it has no tokenizer.json',
+        })
       }
       const runtime = container.backendOrRunner()
       const runnerPlugin = container.plugins.provisions.find((p) => p.contract === 'StepRunner')?.plugin.name
@@ -239,8 +246,20 @@ export class LoomServer {
       source: entry.source ?? config.adapters.default_source,
       id: entry.id,
     }))
-    for (const ref of preloaded) {
-      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
+    for (const [index, ref] of preloaded.entries()) {
+      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000)).catch((err) => {
+        // Name the configuration entry: the adapter's own error reads like a request's.
+        throw new LoomError(
+          'config_invalid',
+          {
+            file: config.file,
+            path: `adapters.preload[${index}]`,
+            expected: `cannot be preloaded with the server's own credentials (${err instanceof Error ? err.message : String(err)})`,
+            received: JSON.stringify(ref),
+          },
+          { cause: err },
+        )
+      })
       logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
     }
     this.#state = { generation, limits, knownAdapters: () => adapters.known(preloaded) }

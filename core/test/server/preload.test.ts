@@ -19,12 +19,16 @@ t.test('adapters listed under adapters.preload are loaded before the server is r
   t.match(test.logs.join(''), /"adapterBase":"testkit\/tiny-model".*another base model name/)
 })
 
-t.test('a preload that cannot be loaded stops startup with its error', async (t) => {
+t.test('a preload that cannot be loaded stops startup naming the entry and the reason', async (t) => {
   const dir = t.testdir()
   const modelDir = join(dir, 'model')
   await buildModel(modelDir, { seed: 1 })
   await t.rejects(
     startTestServer(join(dir, 'server'), modelDir, { adapterRoot: modelDir, preload: [{ id: 'missing' }] }),
-    { code: 'adapter_not_found', message: 'Adapter `missing` was not found in source `local`' },
+    {
+      code: 'config_invalid',
+      message:
+        /loom\.yaml: `adapters\.preload\[0\]` cannot be preloaded with the server's own credentials \(Adapter `missing` was not found in source `local`\); found \{"source":"local","id":"missing"\}$/,
+    },
   )
 })
