@@ -32,3 +32,11 @@ t.test('a preload that cannot be loaded stops startup naming the entry and the r
     },
   )
 })
+
+t.test('a model.path that does not exist is named as such at startup', async (t) => {
+  const dir = t.testdir()
+  await t.rejects(startTestServer(join(dir, 'server'), join(dir, 'no-such-model')), {
+    code: 'model_invalid',
+    message: /the directory does not exist \(check `model\.path` in .*loom\.yaml\)/,
+  })
+})
