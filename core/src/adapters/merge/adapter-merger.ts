@@ -17,6 +17,7 @@ import { projectionShape } from '../projection-shape.ts'
 import { readLoraAdapter } from '../read-lora.ts'
 import { mergeIdentity, mergeKey } from './merge-key.ts'
 import { mergeLoraWeightsInWorker } from './merge-in-worker.ts'
+import { MergeQueue } from './merge-queue.ts'
 import type { MergedAdaptersRequest } from './merge-params.ts'
 import { writePeftAdapter } from './write-peft-adapter.ts'
 
@@ -88,19 +89,14 @@ function specFrom(caps: BackendCapabilities): ModelSpec {
   }
 }
 
-/**
- * Merges computed at once. Each takes a core and holds every input's dense updates in memory:
- * twelve concurrent merges of small adapters took 2 GB and ten times as long each, so distinct
- * merges wait their turn (identical ones already share one computation).
- */
+/** Distinct merges computed at once (see `MergeQueue`). */
 const MAX_CONCURRENT_MERGES = 1
 
 export class AdapterMerger {
   readonly #deps: AdapterMergerDeps
   readonly #loading = new Map<string, Promise<{ handle: AdapterHandle; dir: string }>>()
   readonly #closed = new AbortController()
-  #running = 0
-  readonly #waiting: (() => void)[] = []
+  readonly #queue = new MergeQueue(MAX_CONCURRENT_MERGES)
 
   constructor(deps: AdapterMergerDeps) {
     this.#deps = deps
@@ -109,23 +105,7 @@ export class AdapterMerger {
   /** Server shutdown: merges computing or waiting stop with `server_closing`. */
   close(): void {
     this.#closed.abort(new LoomError('server_closing'))
-    for (const wake of this.#waiting.splice(0)) wake()
-  }
-
-  /** Run `work` when fewer than `MAX_CONCURRENT_MERGES` merges are computing. */
-  async #inTurn<T>(work: () => Promise<T>): Promise<T> {
-    while (this.#running >= MAX_CONCURRENT_MERGES) {
-      if (this.#closed.signal.aborted) throw new LoomError('server_closing')
-      await new Promise<void>((resolve) => this.#waiting.push(resolve))
-    }
-    if (this.#closed.signal.aborted) throw new LoomError('server_closing')
-    this.#running++
-    try {
-      return await work()
-    } finally {
-      this.#running--
-      this.#waiting.shift()?.()
-    }
+    this.#queue.close()
   }
 
   /** The merged adapter of `inputs` (in request order) as `request` describes, loaded. */
@@ -195,7 +175,7 @@ export class AdapterMerger {
       parsed.push(await readLoraAdapter(input.dir, id, spec))
     }
     // On a worker thread: the SVDs of a large merge would otherwise stall every other request.
-    const { weights, report } = await this.#inTurn(() =>
+    const { weights, report } = await this.#queue.run(() =>
       mergeLoraWeightsInWorker(
         parsed,
         request,
