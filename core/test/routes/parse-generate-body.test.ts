@@ -146,6 +146,13 @@ t.test('unsupported LoRAX options are accepted only at their default, and say th
   })
 })
 
+t.test('merge weights that are all 0 are refused: the merge would have no weights', async (t) => {
+  t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b'], weights: [0, 0] } } }), {
+    param: 'parameters.merged_adapters.weights',
+    message: /must not all be 0 \(the merge would have no weights\); received \[0,0\]/,
+  })
+})
+
 t.test('merge weights are bounded so the merged factors stay finite', async (t) => {
   t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b'], weights: [1e308, 1] } } }), {
     code: 'validation_error',

@@ -77,6 +77,9 @@ export function parseMergedAdapters(raw: unknown, path: string, source: string):
   if (!Array.isArray(weights) || weights.some((w) => typeof w !== 'number' || !Number.isFinite(w))) {
     throw fieldError(`${path}.weights`, 'must be an array of finite numbers', weights)
   }
+  if (weights.length > 0 && weights.every((w: number) => w === 0)) {
+    throw fieldError(`${path}.weights`, 'must not all be 0 (the merge would have no weights)', weights)
+  }
   // Bounded so the merged factors stay finite in f32 (1e308 passed the check above and failed
   // later, as an adapter-load error naming no field).
   weights.forEach((w: number, i) => {
