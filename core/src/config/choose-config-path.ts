@@ -6,12 +6,14 @@ import type { Env } from './env-substitution.ts'
 export const DEFAULT_CONFIG_PATH = 'config/default.yaml'
 
 /**
- * Which configuration file the CLI loads: `--config PATH` (or `--config=PATH`) wins over the
- * `LOOM_CONFIG` environment variable, which wins over `config/default.yaml`. Returns an absolute
- * path resolved against `cwd`.
+ * Which configuration file the CLI loads: `--config PATH` (or `--config=PATH`; the last one given)
+ * wins over the `LOOM_CONFIG` environment variable, which wins over `config/default.yaml`. Returns
+ * an absolute path resolved against `cwd`.
  */
 export function chooseConfigPath(argv: readonly string[], env: Env, cwd: string): string {
-  for (let i = 0; i < argv.length; i++) {
+  // The last `--config` wins, as with most CLIs: `npm start -- --config other.yaml` appends its
+  // own after the script's `--config config/default.yaml`.
+  for (let i = argv.length - 1; i >= 0; i--) {
     const arg = argv[i]!
     if (arg === '--config') {
       const value = argv[i + 1]

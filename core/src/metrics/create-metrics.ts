@@ -321,13 +321,13 @@ function registerSpeculationMetrics(registry: Registry, read: (() => Speculation
       this.set(s && s.verifySteps > 0 ? s.acceptedTokens / s.verifySteps : 0)
     },
   })
-  for (const [name, pick] of [
-    ['loom_speculation_head_proposed', (h: { proposed: number }) => h.proposed],
-    ['loom_speculation_head_accepted', (h: { accepted: number }) => h.accepted],
+  for (const [name, pick, what] of [
+    ['loom_speculation_head_proposed', (h: { proposed: number }) => h.proposed, 'candidate tree reached it'],
+    ['loom_speculation_head_accepted', (h: { accepted: number }) => h.accepted, 'accepted path reached it'],
   ] as const) {
     new Counter({
       name,
-      help: `Per Medusa head (0 = the token two ahead): verification rows whose tree / accepted path reached it`,
+      help: `Per Medusa head (0 = the token two ahead): verification rows whose ${what}`,
       labelNames: ['head'],
       registers: [registry],
       collect() {

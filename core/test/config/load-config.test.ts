@@ -227,6 +227,12 @@ t.test('paths resolve against the configuration file, defaults fill the rest, re
 t.test('chooseConfigPath: --config > LOOM_CONFIG > config/default.yaml', async (t) => {
   const cwd = '/srv/loom'
   t.equal(chooseConfigPath(['serve', '--config', 'a.yaml'], { LOOM_CONFIG: 'b.yaml' }, cwd), '/srv/loom/a.yaml')
+  t.equal(
+    chooseConfigPath(['serve', '--config', 'config/default.yaml', '--config', 'mine.yaml'], {}, cwd),
+    '/srv/loom/mine.yaml',
+    'the last --config wins (npm start -- --config mine.yaml)',
+  )
+  t.equal(chooseConfigPath(['serve', '--config=a.yaml', '--config', 'c.yaml'], {}, cwd), '/srv/loom/c.yaml')
   t.equal(chooseConfigPath(['serve', '--config=/etc/loom.yaml'], { LOOM_CONFIG: 'b.yaml' }, cwd), '/etc/loom.yaml')
   t.equal(chooseConfigPath(['serve'], { LOOM_CONFIG: 'b.yaml' }, cwd), '/srv/loom/b.yaml')
   t.equal(chooseConfigPath(['serve'], { LOOM_CONFIG: '' }, cwd), '/srv/loom/config/default.yaml')
