@@ -3,9 +3,17 @@ import type { Logger } from './logger.ts'
 
 /** What a source may use while resolving or fetching for one request. */
 export interface SourceContext {
-  /** The caller's token for this adapter (from `api_token` or `Authorization: Bearer`), if any. Never log it. */
+  /**
+   * The caller's token for this adapter, if any: `api_token`, or the `Authorization: Bearer` value
+   * when the adapter could not be read without it (the core tries a header token, often an SDK's
+   * api key, only after an anonymous check failed). Never log it.
+   */
   readonly token?: string
-  /** Aborted when the request is cancelled or the server closes; sources pass it to their HTTP clients. */
+  /**
+   * In `resolve`: aborted when the request is cancelled or the server closes. In `fetch`: the
+   * shared download's signal (several requests may wait on one download), aborted only when the
+   * server closes or after 30 minutes. Sources pass it to their HTTP clients.
+   */
   readonly signal: AbortSignal
   readonly logger: Logger
 }
@@ -14,9 +22,15 @@ export interface SourceContext {
  * Where adapters come from. One instance per `adapter_source` code; third parties add sources by
  * registering another implementation under this token from a plugin.
  *
- * The core calls `resolve` for every request that names an adapter (cheap; may be cached by the
- * source for a short time), and `fetch` at most once per resolved revision (the cache deduplicates
- * and makes the download atomic).
+ * The core calls `resolve` when a request names an adapter and keeps the answer for
+ * `adapters.resolve_ttl_s` (30 s by default; every time for sources that set `localDir`), so a
+ * source needs no cache of its own and a new revision shows after that TTL. `fetch` runs once per
+ * resolved revision, retried into a fresh `destDir` up to `adapters.download_attempts` times when
+ * it fails transiently (the cache deduplicates and makes the download atomic).
+ *
+ * What a throw becomes: a `LoomError` reaches the client as it is; any other error from `fetch`
+ * becomes `adapter_download_failed` (502) and from `resolve` an `internal_error` (500), and its
+ * message may reach the client and the log, so never put a secret or a private path in it.
  */
 export interface AdapterSource {
   /** The `adapter_source` code this source answers to (`hub`, `local`, `s3`, `pbase`, …). Unique per server. */
@@ -38,8 +52,8 @@ export interface AdapterSource {
 
   /**
    * Optional: ids this source can offer without a network round trip (for example the adapter
-   * directories under the local roots), listed by `GET /v1/models`. Sources backed by a remote
-   * catalogue leave it out.
+   * directories under the local roots), listed by `GET /v1/models` to every caller, authorized
+   * or not: list only ids that may be public. Sources backed by a remote catalogue leave it out.
    */
   list?(): Promise<string[]>
 
