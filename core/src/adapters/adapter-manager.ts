@@ -77,9 +77,15 @@ export class AdapterManager {
     return AbortSignal.any([signal, this.#closed.signal])
   }
 
-  /** `server_closing` once closed (whatever a source threw on the abort), else `err`. */
-  #closingOr(err: unknown): unknown {
-    return this.#closed.signal.aborted ? new LoomError('server_closing') : err
+  /**
+   * What a source's failure means for the caller: `server_closing` once closed and
+   * `request_cancelled` once the request's own signal fired (whatever the source threw on the
+   * abort: `throwIfAborted` rethrows a plain Error), else `err` itself.
+   */
+  #closingOr(err: unknown, signal?: AbortSignal): unknown {
+    if (this.#closed.signal.aborted) return new LoomError('server_closing')
+    if (signal?.aborted) return new LoomError('request_cancelled')
+    return err
   }
 
   /** Source codes this server answers to, for errors and `/info`. */
@@ -133,7 +139,7 @@ export class AdapterManager {
     const source = this.#source(ref)
     const ctx = { token, signal: this.#signalFor(signal), logger: this.#deps.logger }
     const resolved = await this.#resolve(source, ref, ctx).catch((err: unknown) => {
-      throw this.#closingOr(err)
+      throw this.#closingOr(err, signal)
     })
     const key = `${resolved.source}:${resolved.id}@${resolved.revision}`
     let loading = this.#loading.get(key)
@@ -171,7 +177,7 @@ export class AdapterManager {
         return { resolved, dir: await this.#deps.cache.ensure(resolved, source, ctx) }
       }),
     ).catch((err: unknown) => {
-      throw this.#closingOr(err)
+      throw this.#closingOr(err, signal)
     })
     return this.#merger.acquire(inputs, request)
   }

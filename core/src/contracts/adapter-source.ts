@@ -30,7 +30,9 @@ export interface SourceContext {
  *
  * What a throw becomes: a `LoomError` reaches the client as it is; any other error from `fetch`
  * becomes `adapter_download_failed` (502) and from `resolve` an `internal_error` (500), and its
- * message may reach the client and the log, so never put a secret or a private path in it.
+ * message may reach the client and the log, so never put a secret or a private path in it. Once
+ * the request was cancelled or the server is closing, whatever was thrown becomes
+ * `request_cancelled` or `server_closing`.
  */
 export interface AdapterSource {
   /** The `adapter_source` code this source answers to (`hub`, `local`, `s3`, `pbase`, …). Unique per server. */
