@@ -40,7 +40,16 @@ type Issue = z.core.$ZodIssue
 
 /** The first issue, described. zod reports issues in schema order, which is stable across runs. */
 export function describeFirstIssue(error: z.ZodError, options: DescribeOptions): IssueDescription {
-  const issue = error.issues[0]
+  // A misspelt key (`dirr:`) also leaves the key it meant missing; Zod reports the missing key
+  // first, so when an unknown key sits in the same object, report that one (with its "did you
+  // mean") instead.
+  const first = error.issues[0]
+  const missing = first?.code === 'invalid_type' && valueAt(options.input, first.path) === undefined
+  const parent = first?.path.slice(0, -1).join('\0')
+  const misspelt = missing
+    ? error.issues.find((i) => i.code === 'unrecognized_keys' && i.path.join('\0') === parent)
+    : undefined
+  const issue = misspelt ?? first
   if (issue === undefined) return { path: formatKeyPath([], options.prefix), expected: 'is invalid', received: '' }
   return describeIssue(issue, options)
 }

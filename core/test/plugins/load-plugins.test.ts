@@ -115,6 +115,14 @@ t.test('bad plugin entries fail at start with the file, the key and the plugin',
       'loom.yaml: `plugins[1].options.retires` (plugin fixture-source) is not a known key (did you mean `retries`?); found 3',
     ),
   )
+  t.test('a misspelt required key names the unknown key and what it probably meant', (t) =>
+    rejects(
+      t,
+      `${RUNTIME}  - use: ./source.ts\n    options:\n      nmae: files\n`,
+      'plugin_options_invalid',
+      'loom.yaml: `plugins[1].options.nmae` (plugin fixture-source) is not a known key (did you mean `name`?); found "files"',
+    ),
+  )
   t.test('options missing altogether: read as {}, so the missing required key is named', (t) =>
     rejects(
       t,
