@@ -44,6 +44,14 @@ export function fieldError(field: string, expected: string, received: unknown): 
   return new LoomError('validation_error', { field, expected, received: describeValue(received) }, { param: field })
 }
 
+/**
+ * Characters JSON leaves raw that are invisible or reorder text in a log or terminal: DEL and the
+ * C1 controls, line/paragraph separators, bidi overrides and isolates, the BOM. (JSON escapes the
+ * C0 controls itself.)
+ */
+export const INVISIBLE_CHARACTERS = '\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff'
+const INVISIBLE = new RegExp(`[${INVISIBLE_CHARACTERS}]`, 'g')
+
 export function describeValue(value: unknown): string {
   if (value === undefined) return 'nothing'
   let text: string
@@ -52,11 +60,7 @@ export function describeValue(value: unknown): string {
   } catch {
     text = String(value)
   }
-  // JSON escapes only C0 controls: escape DEL, C1 and the invisible or reordering characters
-  // too, so a message (and the log line it becomes) shows what was sent.
-  text = text.replace(
-    /[\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/g,
-    (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
-  )
+  // Escaped too, so a message (and the log line it becomes) shows what was sent.
+  text = text.replace(INVISIBLE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
   return text.length > 80 ? `${text.slice(0, 77)}...` : text
 }

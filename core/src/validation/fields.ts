@@ -1,5 +1,5 @@
 import { holdsSecretKey, looksLikeSecretKey } from '../config/secret-keys.ts'
-import { LoomError, fieldError } from '../errors/index.ts'
+import { INVISIBLE_CHARACTERS, LoomError, fieldError } from '../errors/index.ts'
 
 /**
  * Small, explicit readers for request bodies. Each names the full field path in its error
@@ -178,9 +178,8 @@ export function isWellFormedCredential(token: string): boolean {
 export const MAX_ADAPTER_ID_LENGTH = 1024
 /** Longest `adapter_source` code accepted. */
 export const MAX_SOURCE_NAME_LENGTH = 64
-// C0/C1 controls, line/paragraph separators, bidi overrides and isolates, the BOM: characters that
-// are invisible or reorder text in a log or terminal.
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]/
+// C0 controls and the characters `describeValue` escapes: invisible or reordering in a log.
+const CONTROL_CHARACTER = new RegExp(`[\u0000-\u001f${INVISIBLE_CHARACTERS}]`)
 
 /**
  * A name for something the server looks up (an adapter id, a source code): a string of at most
