@@ -97,14 +97,16 @@ export function prepareSchema(schema: unknown): PreparedSchema {
     splices.set(marker, splice)
     return { const: marker }
   }
-  const properties = countProperties(schema)
+  const counted = { properties: 0 }
+  const prepared = walk(schema, mark, 0, counted)
+  const properties = counted.properties
   if (properties > MAX_SCHEMA_PROPERTIES) {
     refuse(
       'properties',
       `schemas with more than ${MAX_SCHEMA_PROPERTIES} properties in all are not supported (this one has ${properties}): XGrammar compiles on the server's event loop, in time that grows with the square of the property count`,
     )
   }
-  return { schema: walk(schema, mark, 0), splices }
+  return { schema: prepared, splices }
 }
 
 /**
@@ -113,16 +115,6 @@ export function prepareSchema(schema: unknown): PreparedSchema {
  * ~1 s with the demo model's 2k-token vocabulary, 100 took 6 s and 3000 wedged the server.
  */
 const MAX_SCHEMA_PROPERTIES = 64
-
-/** Properties named anywhere in `node` (any depth; cycles are impossible in parsed JSON). */
-function countProperties(node: unknown, depth = 0): number {
-  if (node === null || typeof node !== 'object' || depth > 2 * MAX_SCHEMA_DEPTH + 8) return 0
-  let count = 0
-  if (!Array.isArray(node) && isObject((node as Json).properties))
-    count += Object.keys((node as Json).properties as Json).length
-  for (const value of Object.values(node)) count += countProperties(value, depth + 1)
-  return count
-}
 
 /**
  * Deepest nesting of schemas (an `items` or a property inside another) accepted. XGrammar 0.1.27's
@@ -138,13 +130,15 @@ const MAX_SCHEMA_DEPTH = 32
  */
 const MAX_STRING_LENGTH_BOUND = 256
 
-function walk(node: unknown, mark: (splice: Splice) => Json, depth: number): unknown {
+/** `counted.properties` adds up the properties of every object schema walked (the limit's count). */
+function walk(node: unknown, mark: (splice: Splice) => Json, depth: number, counted: { properties: number }): unknown {
   if (!isObject(node)) return node
   if (depth > MAX_SCHEMA_DEPTH) {
     refuse('nesting', `schemas nested more than ${MAX_SCHEMA_DEPTH} levels deep are not supported`)
   }
-  const nested = (child: unknown) => walk(child, mark, depth + 1)
+  const nested = (child: unknown) => walk(child, mark, depth + 1, counted)
   if (isObject(node.properties)) {
+    counted.properties += Object.keys(node.properties).length
     // XGrammar 0.1.27 writes the name unescaped into an EBNF string literal and then fails to read
     // it back ("EBNF lexer error ... Expect \" in string literal"); a tab survives.
     const bad = Object.keys(node.properties).find((name) => /[\u0000-\u0008\u000a-\u001f"]/.test(name))
