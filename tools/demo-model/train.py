@@ -403,16 +403,15 @@ def export(out, model, tok, loras, heads, p):
         if i == 0:
             # The same weights as a pickled state dict, as older PEFT versions saved them.
             torch.save(OrderedDict(state), os.path.join(d, 'adapter_model.bin'))
-    for version, own in ((2, False), (1, True)):
-        d = os.path.join(out, 'medusa' if version == 2 else 'medusa-v1')
-        os.makedirs(d, exist_ok=True)
-        h = MedusaHeads(cfg, MEDUSA_HEADS, model.lm_head, own_lm_head=own)
-        h.load_state_dict(heads.state_dict(), strict=False)
-        with open(os.path.join(d, 'config.json'), 'w') as f:
-            json.dump(OrderedDict(medusa_num_heads=MEDUSA_HEADS, medusa_num_layers=1, version=version,
-                                  hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
-                                  base_model_name_or_path='loom/demo'), f, indent=2)
-        safetensors_io.save(h.lorax_state_dict(), os.path.join(d, 'medusa_lm_head.safetensors'), {'format': 'pt'})
+    # Version 2 only (the heads reuse the model's LM head): the kit ships what config/default.yaml
+    # serves. verify-in-loom.ts writes the version 1 layout (a copy of lm_head per head) to test it.
+    d = os.path.join(out, 'medusa')
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, 'config.json'), 'w') as f:
+        json.dump(OrderedDict(medusa_num_heads=MEDUSA_HEADS, medusa_num_layers=1, version=2,
+                              hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
+                              base_model_name_or_path='loom/demo'), f, indent=2)
+    safetensors_io.save(heads.lorax_state_dict(), os.path.join(d, 'medusa_lm_head.safetensors'), {'format': 'pt'})
 
 
 def main():

@@ -3,8 +3,9 @@
  * recipe's Python encoder did, and a real server (native CPU backend, local adapter source) serving
  * the folder produces, greedily, the same tokens as the PyTorch model for every prompt in the
  * recipe's report — through the base model, each adapter, and the first adapter read from its
- * `adapter_model.bin` — all sent at once; then again with the Medusa heads (version 2, then the
- * version 1 copy) as the default speculative adapter, which must not change a token.
+ * `adapter_model.bin` — all sent at once; then again with the Medusa heads (version 2, then their
+ * version 1 layout, written into the temp dir) as the default speculative adapter, which must not
+ * change a token.
  *
  *   node --import tsx tools/demo-model/verify-in-loom.ts [model folder] [report json]
  */
@@ -13,6 +14,7 @@ import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promi
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { stringify } from 'yaml'
+import { readSafetensors, writeSafetensors, type TensorToWrite } from '@loom/testkit'
 import { loadConfig } from '../../core/src/config/index.ts'
 import { LoomServer } from '../../core/src/server/loom-server.ts'
 import { HfTokenizerLoader } from '../../core/src/tokenizer/index.ts'
@@ -47,6 +49,33 @@ async function generate(base: string, e: Expected): Promise<{ e: Expected; out: 
   return { e, out: (await res.json()) as GenerateResponse }
 }
 
+/**
+ * Writes the demo heads (`medusa/`, LoRAX version 2) in the version 1 layout into `dest`: the same
+ * tensors plus `{h}.{layers}.weight`, each head's own LM head, here a copy of the model's
+ * `lm_head.weight`, so the logits are those of version 2. The kit ships only the heads
+ * config/default.yaml serves; this keeps the version 1 reader checked against PyTorch's tokens.
+ */
+async function writeMedusaV1(modelDir: string, dest: string): Promise<void> {
+  const config = JSON.parse(await readFile(join(modelDir, 'medusa', 'config.json'), 'utf8')) as {
+    medusa_num_heads: number
+    medusa_num_layers: number
+  }
+  const f32 = (t: { dtype: TensorToWrite['dtype']; shape: readonly number[]; data: Float64Array }): TensorToWrite => ({
+    dtype: t.dtype,
+    shape: t.shape,
+    data: Float32Array.from(t.data),
+  })
+  const tensors: Record<string, TensorToWrite> = {}
+  for (const [name, t] of readSafetensors(join(modelDir, 'medusa', 'medusa_lm_head.safetensors')).tensors)
+    tensors[name] = f32(t)
+  const lmHead = readSafetensors(join(modelDir, 'model.safetensors')).tensors.get('lm_head.weight')
+  if (lmHead === undefined) throw new Error(`no lm_head.weight in ${modelDir}/model.safetensors`)
+  for (let h = 0; h < config.medusa_num_heads; h++) tensors[`${h}.${config.medusa_num_layers}.weight`] = f32(lmHead)
+  await mkdir(dest)
+  await writeFile(join(dest, 'config.json'), JSON.stringify({ ...config, version: 1 }, null, 2))
+  writeSafetensors(join(dest, 'medusa_lm_head.safetensors'), tensors)
+}
+
 async function main(): Promise<void> {
   const modelDir = resolve(process.argv[2] ?? 'models/demo')
   const reportPath = resolve(process.argv[3] ?? 'tools/demo-model/results.json')
@@ -76,6 +105,8 @@ async function main(): Promise<void> {
   await mkdir(binAdapter)
   for (const f of ['adapter_config.json', 'adapter_model.bin'])
     await copyFile(join(modelDir, 'adapters/kjv', f), join(binAdapter, f))
+  const medusaV1 = join(dir, 'medusa-v1')
+  await writeMedusaV1(modelDir, medusaV1)
   const requests = [
     ...report.expected_greedy,
     ...report.expected_greedy.filter((e) => e.adapter === 'kjv').map((e) => ({ ...e, adapter: binAdapter })),
@@ -83,7 +114,7 @@ async function main(): Promise<void> {
   const runs: { label: string; medusa: string | null }[] = [
     { label: 'plain', medusa: null },
     { label: 'medusa v2', medusa: join(modelDir, 'medusa') },
-    { label: 'medusa v1', medusa: join(modelDir, 'medusa-v1') },
+    { label: 'medusa v1', medusa: medusaV1 },
   ]
   try {
     for (const run of runs) {

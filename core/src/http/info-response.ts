@@ -28,4 +28,20 @@ export interface InfoResponse {
   readonly adapter_sources: readonly string[]
   /** The source used when a request names an adapter without `adapter_source`. */
   readonly default_adapter_source: string
+  /**
+   * The default Medusa heads (`speculation.medusa_adapter`), null when the server does not
+   * speculate. Listed here and not in `/v1/models`: they speed decoding up and never change the
+   * text, so they are not a model a client could choose. The server always sets it.
+   */
+  readonly speculator?: InfoSpeculator | null
+}
+
+/** The speculative-decoding heads a server runs every request with (`/info`'s `speculator`). */
+export interface InfoSpeculator {
+  readonly kind: 'medusa'
+  /** Its id as configured, and the source it was loaded from (`adapter_source`). */
+  readonly adapter_id: string
+  readonly adapter_source: string
+  /** How many heads: each proposes one more token per step. */
+  readonly heads: number
 }

@@ -9,7 +9,8 @@ import { warnOnOtherBaseModel } from '../adapters/check-base-model.ts'
 import type { ValidConfig } from '../config/index.ts'
 import { createServerContainer, type ServerContainer } from '../container/index.ts'
 import type { Backend } from '../contracts/backend.ts'
-import type { AdapterHandle, LocalAdapter } from '../contracts/adapter.ts'
+import type { AdapterHandle, AdapterKind, LocalAdapter } from '../contracts/adapter.ts'
+import type { AdapterSource } from '../contracts/adapter-source.ts'
 import type { ModelSpec } from '../contracts/step-runner.ts'
 import { TokenizerLoader, type Tokenizer } from '../contracts/tokenizer.ts'
 import { TemplateEngine } from '../contracts/template-engine.ts'
@@ -18,7 +19,7 @@ import { BatchingEngine } from '../engine/index.ts'
 import { LoomError } from '../errors/index.ts'
 import { GenerationService } from '../generation/generation-service.ts'
 import type { RequestLimits } from '../generation/generation-request.ts'
-import { createHttpApp, type HttpApp, type InfoResponse } from '../http/index.ts'
+import { createHttpApp, type HttpApp, type InfoResponse, type InfoSpeculator } from '../http/index.ts'
 import { createLogger, type LoomLogger } from '../logging/index.ts'
 import { createMetrics } from '../metrics/index.ts'
 import { nativeRoutes } from '../routes/native/native-routes.ts'
@@ -31,6 +32,7 @@ import { XGrammarConstraintFactory } from '../structured/index.ts'
 import { LOOM_VERSION } from '../version.ts'
 import { readEosTokenIds } from './model-generation-config.ts'
 import { resolveLimits } from './resolve-limits.ts'
+import { LORA_CONFIG_FILE } from '../sources/adapter-files.ts'
 
 export interface LoomServerOptions {
   /** Where log lines go (stdout when absent); tests capture them. */
@@ -56,6 +58,38 @@ function adapterReader(config: ValidConfig, logger: LoomLogger) {
   }
 }
 
+/** How long `/v1/models` waits on a source to tell whether a listed adapter is a LoRA. */
+const LISTING_RESOLVE_MS = 5000
+
+/**
+ * `/v1/models` lists the base model and LoRA adapters only (vLLM's semantics): a Medusa head a
+ * source lists (a local root that holds one) changes no output, and a client or gateway choosing a
+ * model from the list would take it for an adapter that does. `loaded` gives the kinds of what the
+ * server loaded at start (default heads, preloads) by handle key; any other entry is resolved on
+ * its source (a few stat calls for a local directory) and kept when its files hold
+ * `adapter_config.json`. An entry that does not resolve stays listed, as its source offers it.
+ */
+async function loraAdapters(
+  known: readonly KnownAdapter[],
+  sources: ReadonlyMap<string, AdapterSource>,
+  loaded: ReadonlyMap<string, AdapterKind>,
+  logger: LoomLogger,
+): Promise<KnownAdapter[]> {
+  const isLora = await Promise.all(
+    known.map(async (adapter) => {
+      const kind = loaded.get(`${adapter.source}:${adapter.id}@${adapter.revision}`)
+      if (kind !== undefined) return kind === 'lora'
+      const ctx = { signal: AbortSignal.timeout(LISTING_RESOLVE_MS), logger }
+      const resolved = await sources
+        .get(adapter.source)
+        ?.resolve(adapter, ctx)
+        .catch(() => undefined)
+      return resolved?.files.some((file) => file.path === LORA_CONFIG_FILE) ?? true
+    }),
+  )
+  return known.filter((_, i) => isLora[i])
+}
+
 /** A plugin's package name without scope and `backend-` prefix: `@loom/backend-cuda-native` → `cuda-native`. */
 function shortName(plugin: string): string {
   return plugin.replace(/^@[^/]+\//, '').replace(/^backend-/, '')
@@ -74,6 +108,8 @@ export class LoomServer {
   readonly #tokenizer: Tokenizer
   readonly #config: ValidConfig
   #state: ServingState | null = null
+  /** The default Medusa heads, for `/info`; null without speculation. */
+  #speculator: InfoSpeculator | null = null
   #starting: Promise<void> | null = null
   #closing: Promise<void> | null = null
   readonly #closeHooks: (() => void)[] = []
@@ -213,6 +249,8 @@ export class LoomServer {
     this.#closeHooks.push(() => constraints.close())
     // The default Medusa heads, loaded before the routes open (fetched with the server's own credentials).
     let defaultSpeculator: AdapterHandle | null = null
+    // Kinds of what is loaded here, by handle key: `/v1/models` leaves the Medusa ones out.
+    const loaded = new Map<string, AdapterKind>()
     const medusa = config.speculation.medusa_adapter
     if (medusa !== null) {
       const id = medusa.id
@@ -225,6 +263,8 @@ export class LoomServer {
         throw new LoomError('adapter_invalid', { id, detail: 'speculation.medusa_adapter is not a Medusa adapter' })
       }
       defaultSpeculator = handle
+      loaded.set(handle.key, handle.kind)
+      this.#speculator = { kind: 'medusa', adapter_id: id, adapter_source: ref.source, heads: handle.size }
       this.logger.info({ adapter: handle.key, heads: handle.size }, 'default Medusa adapter loaded')
     }
     const generation = new GenerationService({
@@ -260,9 +300,15 @@ export class LoomServer {
           { cause: err },
         )
       })
+      loaded.set(handle.key, handle.kind)
       logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
     }
-    this.#state = { generation, limits, knownAdapters: () => adapters.known(preloaded) }
+    const sources = this.#container.adapterSources()
+    this.#state = {
+      generation,
+      limits,
+      knownAdapters: async () => loraAdapters(await adapters.known(preloaded), sources, loaded, logger),
+    }
     this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
   }
 
@@ -284,6 +330,7 @@ export class LoomServer {
       version: LOOM_VERSION,
       adapter_sources: [...this.#container.adapterSources().keys()],
       default_adapter_source: config.adapters.default_source,
+      speculator: this.#speculator,
     }
   }
 

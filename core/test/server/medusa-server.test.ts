@@ -99,6 +99,28 @@ t.test('default and per-request Medusa over /generate', async (t) => {
   const medusa = await startServer(join(dir, 'medusa'), modelDir, { medusa_adapter: { id: 'medusa-default' } })
   t.teardown(() => medusa.close())
 
+  // Issue 13 point 6: Medusa heads are not models. `/v1/models` lists the base model and LoRAs
+  // only, though the local root holds three heads; retrieving one is a 404 like any unknown id,
+  // and `/info` names the default heads instead.
+  for (const server of [plain, medusa]) {
+    const models = (await server.app.inject({ method: 'GET', url: '/v1/models' })).json() as { data: { id: string }[] }
+    t.same(
+      models.data.map((m) => m.id),
+      ['test-model', 'lora'],
+      '/v1/models: base model and LoRA only',
+    )
+    for (const id of ['medusa-default', 'medusa-other']) {
+      const res = await server.app.inject({ method: 'GET', url: `/v1/models/${id}` })
+      t.equal(res.statusCode, 404, `/v1/models/${id} is not a model`)
+    }
+  }
+  t.equal((await plain.app.inject({ method: 'GET', url: '/info' })).json().speculator, null, 'no speculator')
+  t.same(
+    (await medusa.app.inject({ method: 'GET', url: '/info' })).json().speculator,
+    { kind: 'medusa', adapter_id: 'medusa-default', adapter_source: 'local', heads: 4 },
+    '/info names the default Medusa heads',
+  )
+
   const requests = Array.from({ length: 12 }, (_, i) => ({
     inputs: `Prompt number ${i}: ${'abc '.repeat(i % 4)}`,
     parameters: i % 2 === 0 ? {} : { adapter_id: 'lora' },
