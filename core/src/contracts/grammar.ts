@@ -23,7 +23,18 @@ export interface TokenConstraintFactory {
   create(spec: ResponseFormat): Promise<TokenConstraint>
 }
 
-/** What the client asked for, already validated. */
-export type ResponseFormat =
+/**
+ * Whitespace allowed between JSON tokens. `compact`: at most one space, no newlines (Outlines'
+ * `[ ]?`, the form OpenAI returns). `flexible`: any JSON whitespace, newlines and indentation
+ * included, in runs bounded by the backend (pretty-printed output).
+ */
+export type JsonWhitespace = 'compact' | 'flexible'
+
+/**
+ * What the client asked for, already validated. `whitespace` is absent when the request leaves it
+ * to the server's default.
+ */
+export type ResponseFormat = (
   | { readonly type: 'json_object'; readonly schema?: unknown }
   | { readonly type: 'json_schema'; readonly name: string; readonly schema: unknown; readonly strict: boolean }
+) & { readonly whitespace?: JsonWhitespace }

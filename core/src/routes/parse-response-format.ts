@@ -1,4 +1,4 @@
-import type { ResponseFormat } from '../contracts/grammar.ts'
+import type { JsonWhitespace, ResponseFormat } from '../contracts/grammar.ts'
 import { fieldError } from '../errors/index.ts'
 import { expectObject, optionalBoolean, optionalString } from '../validation/fields.ts'
 
@@ -15,16 +15,41 @@ function schemaName(spec: Readonly<Record<string, unknown>>, path: string): stri
   return name
 }
 
+const WHITESPACE: readonly JsonWhitespace[] = ['compact', 'flexible']
+
+/**
+ * `response_format.whitespace` (a Loom extension): `compact` or `flexible` whitespace between JSON
+ * tokens for this request; absent, the server's `structured_output.json_whitespace` applies.
+ */
+function whitespaceOf(body: Readonly<Record<string, unknown>>, path: string): { whitespace?: JsonWhitespace } {
+  const value = optionalString(body, 'whitespace', path)
+  if (value === undefined) return {}
+  if (!(WHITESPACE as readonly string[]).includes(value)) {
+    throw fieldError(path, 'must be one of "compact", "flexible"', value)
+  }
+  return { whitespace: value as JsonWhitespace }
+}
+
 /**
  * `response_format` as both API families send it: `{type: "text"}` (no constraint),
  * `{type: "json_object", schema?}` (LoRAX's extension keeps `schema`), or
  * `{type: "json_schema", json_schema: {name, schema, strict}}` (OpenAI). LoRAX's native form
- * `{type: "json_schema", schema}` is accepted too.
+ * `{type: "json_schema", schema}` is accepted too. Each JSON form may add `whitespace`.
  */
 export function parseResponseFormat(raw: unknown, path: string): ResponseFormat | null {
   if (raw === undefined || raw === null) return null
   const body = expectObject(raw, path)
   const type = optionalString(body, 'type', `${path}.type`)
+  const format = parseFormat(body, type, path)
+  return format === null ? null : { ...format, ...whitespaceOf(body, `${path}.whitespace`) }
+}
+
+/** The format `type` names, without the whitespace choice. */
+function parseFormat(
+  body: Readonly<Record<string, unknown>>,
+  type: string | undefined,
+  path: string,
+): ResponseFormat | null {
   switch (type) {
     case 'text':
       return null

@@ -1,5 +1,6 @@
 /**
- * Bounds every whitespace run of an XGrammar JSON grammar.
+ * Bounds every whitespace run of an XGrammar JSON grammar, and narrows it to spaces for compact
+ * output.
  *
  * XGrammar 0.1.27 applies `max_whitespace_cnt` only to the rules it generates for a schema's own
  * objects. Its `basic_*` rules — the free-form JSON behind `{"type":"object"}` without properties
@@ -8,6 +9,10 @@
  * grammar can emit blanks until `max_tokens` (`{` and hundreds of newlines: never valid JSON).
  * Every `[ \n\t]*` is therefore replaced with a rule allowing at most `maxWhitespace` characters,
  * the same bound XGrammar uses elsewhere in the grammar.
+ *
+ * XGrammar has no "at most one space" mode (without `any_whitespace` it writes fixed separators,
+ * `", "` and `": "`, and nothing elsewhere). With `spacesOnly`, every structural whitespace class
+ * also becomes `[ ]`: compiled with `max_whitespace_cnt` 1, that is Outlines' `[ ]?` at every gap.
  *
  * Only classes that admit a raw newline are touched: a raw newline cannot occur inside a JSON
  * string, so such a class is structural whitespace and never part of a string's contents.
@@ -24,26 +29,32 @@ function isStructuralWhitespace(cls: string): boolean {
 
 /**
  * `ebnf` with each `[ \n\t]*` (any class of JSON whitespace that includes the newline, starred)
- * limited to `maxWhitespace` characters. Returns `ebnf` unchanged when it has no such run.
+ * limited to `maxWhitespace` characters; with `spacesOnly`, every such class (starred or not)
+ * admits only the space. Returns `ebnf` unchanged when there is nothing to rewrite.
  */
-export function boundJsonWhitespace(ebnf: string, maxWhitespace: number): string {
+export function boundJsonWhitespace(ebnf: string, maxWhitespace: number, spacesOnly = false): string {
   if (!Number.isInteger(maxWhitespace) || maxWhitespace < 1) {
     throw new RangeError(`maxWhitespace must be a positive integer, got ${maxWhitespace}`)
   }
+  const allowed = spacesOnly ? '[ ]' : '[ \\n\\t]'
   const segments = ebnfSegments(ebnf)
   let bounded = false
   let out = ''
   for (let i = 0; i < segments.length; i++) {
     const { kind, text } = segments[i]!
-    const next = segments[i + 1]
-    if (kind !== 'class' || !isStructuralWhitespace(text) || next?.kind !== 'other' || next.text[0] !== '*') {
+    if (kind !== 'class' || !isStructuralWhitespace(text)) {
       out += text
+      continue
+    }
+    const next = segments[i + 1]
+    if (next?.kind !== 'other' || next.text[0] !== '*') {
+      out += spacesOnly ? allowed : text
       continue
     }
     bounded = true
     out += BOUNDED_WHITESPACE_RULE
     segments[i + 1] = { kind: 'other', text: next.text.slice(1) }
   }
-  if (!bounded) return ebnf
-  return `${out.trimEnd()}\n${BOUNDED_WHITESPACE_RULE} ::= [ \\n\\t]{0,${maxWhitespace}}\n`
+  if (!bounded) return out
+  return `${out.trimEnd()}\n${BOUNDED_WHITESPACE_RULE} ::= ${allowed}{0,${maxWhitespace}}\n`
 }

@@ -6,7 +6,7 @@ import { existsSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { CompiledGrammar, GrammarCompiler, TokenizerInfo } from '@mlc-ai/web-xgrammar'
-import type { ResponseFormat, TokenConstraintFactory } from '../contracts/grammar.ts'
+import type { JsonWhitespace, ResponseFormat, TokenConstraintFactory } from '../contracts/grammar.ts'
 import { LoomError } from '../errors/index.ts'
 import { canonicalSchemaJson } from './canonical-json.ts'
 import { boundJsonWhitespace } from './bound-json-whitespace.ts'
@@ -35,9 +35,16 @@ export interface XGrammarConstraintFactoryOptions {
   /** Compiled grammars kept (least recently used evicted). Default 64. */
   readonly cacheSize?: number
   /**
-   * Longest run of whitespace allowed between JSON elements (XGrammar's `max_whitespace_cnt`, and
-   * Loom's bound on the free-form JSON rules XGrammar leaves unbounded): enough for pretty-printed
-   * output, not enough for a model to loop on blanks. A positive integer; default 24.
+   * Whitespace between JSON tokens when a request does not choose (`ResponseFormat.whitespace`).
+   * Default `compact`: at most one space. Small models given room for newlines spend their token
+   * budget on them.
+   */
+  readonly jsonWhitespace?: JsonWhitespace
+  /**
+   * Longest run of whitespace allowed between JSON elements in `flexible` mode (XGrammar's
+   * `max_whitespace_cnt`, and Loom's bound on the free-form JSON rules XGrammar leaves unbounded):
+   * enough for pretty-printed output, not enough for a model to loop on blanks. A positive
+   * integer; default 24.
    */
   readonly maxWhitespace?: number
 }
@@ -52,6 +59,14 @@ interface CompileRequest {
   readonly splices: ReadonlyMap<string, Splice>
   /** XGrammar's strict mode: no properties or items beyond those the schema lists. */
   readonly strict: boolean
+}
+
+/** How the whitespace between JSON tokens is compiled. */
+interface WhitespaceRule {
+  /** The longest run (XGrammar's `max_whitespace_cnt` and Loom's bound on the free-form rules). */
+  readonly max: number
+  /** Only spaces: no newlines or tabs. */
+  readonly spacesOnly: boolean
 }
 
 /** A started instance with this vocabulary loaded into it. */
@@ -73,8 +88,8 @@ interface Runtime {
 
 /**
  * `json_object` without a schema: any JSON object (XGrammar's non-strict object, whose values are
- * any JSON; its whitespace bounded like a schema's by `boundJsonWhitespace`). OpenAI's JSON mode
- * and LoRAX both promise an object, not any JSON value.
+ * any JSON; its whitespace bounded, or made compact, like a schema's by `boundJsonWhitespace`).
+ * OpenAI's JSON mode and LoRAX both promise an object, not any JSON value.
  */
 const ANY_OBJECT: CompileRequest = { key: 'any-object', schema: '{"type":"object"}', splices: new Map(), strict: false }
 
@@ -91,6 +106,7 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
   readonly eosTokenIds: readonly number[]
   readonly #vocabulary: XGrammarVocabulary
   readonly #cacheSize: number
+  readonly #jsonWhitespace: JsonWhitespace
   readonly #maxWhitespace: number
   #runtime: Promise<Runtime> | null = null
   #compiles = 0
@@ -110,6 +126,7 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     this.vocabSize = options.vocabSize
     this.eosTokenIds = [...options.eosTokenIds]
     this.#cacheSize = options.cacheSize ?? 64
+    this.#jsonWhitespace = options.jsonWhitespace ?? 'compact'
     this.#maxWhitespace = options.maxWhitespace ?? 24
     // XGrammar refuses 0 ("max_whitespace_cnt must be positive") at compile time; refuse it here.
     if (!Number.isInteger(this.#maxWhitespace) || this.#maxWhitespace < 1) {
@@ -155,8 +172,12 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     if (this.#closed) throw new LoomError('server_closing')
     const request = compileRequestOf(spec)
     const runtime = await this.#getRuntime()
-    const key = `${request.strict ? 'strict' : 'loose'}:${request.key}`
-    const compiled = await runtime.cache.getOrCompile(key, () => this.#compile(runtime, request))
+    const whitespace = spec.whitespace ?? this.#jsonWhitespace
+    const key = `${request.strict ? 'strict' : 'loose'}:${whitespace}:${request.key}`
+    // Compact: one optional space per gap. Flexible: runs of any JSON whitespace up to the bound.
+    const rule: WhitespaceRule =
+      whitespace === 'compact' ? { max: 1, spacesOnly: true } : { max: this.#maxWhitespace, spacesOnly: false }
+    const compiled = await runtime.cache.getOrCompile(key, () => this.#compile(runtime, request, rule))
     const constraint = new XGrammarConstraint(
       await newMatcher(runtime, compiled),
       this.vocabSize,
@@ -188,14 +209,15 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     )
   }
 
-  async #compile(runtime: Runtime, request: CompileRequest): Promise<CompiledGrammar> {
+  async #compile(runtime: Runtime, request: CompileRequest, whitespace: WhitespaceRule): Promise<CompiledGrammar> {
     this.#compiles++
     const { compiler } = runtime
     try {
       const { api } = runtime.xgrammar
       const { value } = await runtime.xgrammar.captureOutput(async () => {
-        // Any whitespace between elements (models write JSON both ways), default separators,
-        // bounded whitespace runs (XGrammar bounds its schema rules, Loom its free-form JSON rules).
+        // Whitespace allowed between elements, default separators, bounded whitespace runs
+        // (XGrammar bounds its schema rules, Loom its free-form JSON rules and, for compact
+        // output, narrows every run to spaces).
         // Schema → EBNF → repaired EBNF + Loom's rules → compiled grammar.
         const toEbnf = async (schema: string): Promise<string> => {
           const fromSchema = await api.Grammar.fromJSONSchema(
@@ -204,7 +226,7 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
             -1,
             undefined,
             request.strict,
-            this.#maxWhitespace,
+            whitespace.max,
           )
           try {
             return fromSchema.toString()
@@ -212,7 +234,11 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
             fromSchema.dispose()
           }
         }
-        const ebnf = boundJsonWhitespace(sanitizeJsonGrammar(await toEbnf(request.schema)), this.#maxWhitespace)
+        const ebnf = boundJsonWhitespace(
+          sanitizeJsonGrammar(await toEbnf(request.schema)),
+          whitespace.max,
+          whitespace.spacesOnly,
+        )
         const replacements = new Map<string, SplicedRules>()
         let index = 0
         for (const [marker, splice] of request.splices) {

@@ -5,12 +5,15 @@ import { XGrammarConstraintFactory } from '../../src/structured/index.ts'
 import { paddedModel } from './padded-model.fixture.ts'
 
 // QA: `json_object` on the demo model wrote `{` and then newlines until max_tokens, because
-// XGrammar's free-form JSON rules allow any amount of whitespace. These tests drive the compiled
-// grammar one character (one byte-level token) at a time.
+// XGrammar's free-form JSON rules allow any amount of whitespace; later (issue 13) it still spent
+// its budget on bounded runs of newlines, so compact JSON became the default and the bounded runs
+// the `flexible` option. These tests drive the compiled grammar one character (one byte-level
+// token) at a time.
 const dir = t.testdir()
 const { vocabSize: V, eos: EOS, tokenizer, factory } = await paddedModel(dir)
 const DEFAULT_MAX = 24
-const ANY_OBJECT: ResponseFormat = { type: 'json_object' }
+const ANY_OBJECT: ResponseFormat = { type: 'json_object', whitespace: 'flexible' }
+const COMPACT_OBJECT: ResponseFormat = { type: 'json_object' }
 
 /** The one token that is exactly `ch`. */
 function tokenOf(ch: string): number {
@@ -61,7 +64,41 @@ const POSITIONS = [
   '{"a":{"b":@null}}',
 ]
 
-t.test('json_object: a whitespace run longer than the bound is refused wherever it occurs', async (t) => {
+t.test('compact (the default): at most one space wherever JSON allows whitespace, no newline or tab', async (t) => {
+  for (const position of POSITIONS) {
+    const [before, after] = position.split('@') as [string, string]
+    t.ok(acceptsWhole(await factory.create(COMPACT_OBJECT), before + after), `none at ${position}`)
+    t.ok(acceptsWhole(await factory.create(COMPACT_OBJECT), `${before} ${after}`), `one space at ${position}`)
+    for (const ws of ['  ', '\n', '\t']) {
+      const c = await factory.create(COMPACT_OBJECT)
+      t.equal(feed(c, before + ws), before.length + ws.length - 1, `${JSON.stringify(ws)} at ${position} refused`)
+    }
+  }
+  // The same inside a schema's own rules (XGrammar's) as in the free-form ones (Loom's bound).
+  const schema: ResponseFormat = {
+    type: 'json_schema',
+    name: 'point',
+    schema: { type: 'object', properties: { x: { type: 'integer' }, tags: { type: 'array', items: {} } } },
+    strict: true,
+  }
+  t.ok(acceptsWhole(await factory.create(schema), '{"x":1,"tags":[{"a":[]}]}'))
+  t.ok(acceptsWhole(await factory.create(schema), '{ "x": 1, "tags": [ { "a": [ ] } ] }'))
+  t.equal(feed(await factory.create(schema), '{"x":\n'), 5, 'no newline in a schema rule')
+  t.equal(feed(await factory.create(schema), '{"x":1,"tags":[\n'), 15, 'no newline in a free-form value')
+  t.equal(feed(await factory.create(schema), JSON.stringify({ x: 1 }, null, 2)), 1, 'no pretty-printing')
+  // The request's choice wins over the factory's default, both ways.
+  t.ok(acceptsWhole(await factory.create({ ...schema, whitespace: 'flexible' }), '{\n  "x": 1\n}'))
+  const flexibleByDefault = await XGrammarConstraintFactory.fromModelDir(dir, {
+    vocabSize: V,
+    eosTokenIds: [EOS],
+    jsonWhitespace: 'flexible',
+  })
+  t.teardown(() => flexibleByDefault.close())
+  t.ok(acceptsWhole(await flexibleByDefault.create(COMPACT_OBJECT), '{\n  "x": 1\n}'), 'factory default: flexible')
+  t.equal(feed(await flexibleByDefault.create({ ...COMPACT_OBJECT, whitespace: 'compact' }), '{\n'), 1)
+})
+
+t.test('flexible json_object: a whitespace run longer than the bound is refused wherever it occurs', async (t) => {
   for (const ws of [' ', '\n', '\t']) {
     for (const position of POSITIONS) {
       const [before, after] = position.split('@') as [string, string]
@@ -88,7 +125,7 @@ t.test('json_object: a whitespace run longer than the bound is refused wherever 
   t.equal(feed(mixed, '{' + ' \n\t'.repeat(9)), 1 + DEFAULT_MAX)
 })
 
-t.test('json_object: compact and indented objects of every JSON type are accepted', async (t) => {
+t.test('flexible json_object: compact and indented objects of every JSON type are accepted', async (t) => {
   const value = {
     name: 'Loom',
     'key with "quotes" and \\': 'tab\tnewline\n and é ✓',
@@ -111,6 +148,7 @@ t.test('json_object: compact and indented objects of every JSON type are accepte
     const text = JSON.stringify(value, null, indent)
     t.ok(acceptsWhole(await factory.create(ANY_OBJECT), text), `indent ${JSON.stringify(indent)}`)
   }
+  t.ok(acceptsWhole(await factory.create(COMPACT_OBJECT), JSON.stringify(value)), 'compact: every type')
   t.ok(acceptsWhole(await factory.create(ANY_OBJECT), '{}'))
   t.ok(acceptsWhole(await factory.create(ANY_OBJECT), '{ "a" : 1 , "b" : [ 1 , 2 ] }'), 'spaces around separators')
   // Still an object, not any JSON value.
@@ -118,13 +156,14 @@ t.test('json_object: compact and indented objects of every JSON type are accepte
   t.equal(feed(await factory.create(ANY_OBJECT), ' {}'), 0, 'no leading whitespace')
 })
 
-t.test('free-form values inside a schema are bounded too; the bound is configurable', async (t) => {
+t.test('flexible: free-form values inside a schema are bounded too; the bound is configurable', async (t) => {
   // `meta: {}` is any JSON value: XGrammar's free-form rules, inside a schema's own object.
   const open: ResponseFormat = {
     type: 'json_schema',
     name: 'open',
     schema: { type: 'object', properties: { meta: {} }, required: ['meta'] },
     strict: true,
+    whitespace: 'flexible',
   }
   const c = await factory.create(open)
   t.equal(feed(c, '{"meta":['), 9)
@@ -137,6 +176,7 @@ t.test('free-form values inside a schema are bounded too; the bound is configura
     eosTokenIds: [EOS],
     maxWhitespace: 3,
   })
+  t.teardown(() => tight.close())
   const d = await tight.create(ANY_OBJECT)
   t.equal(feed(d, '{     '), 4, 'maxWhitespace: 3')
   t.ok(acceptsWhole(d, '"a":1}'))
@@ -161,6 +201,17 @@ t.test('boundJsonWhitespace rewrites only starred structural whitespace', async 
       '',
     ].join('\n'),
   )
+  t.equal(
+    boundJsonWhitespace(ebnf, 1, true),
+    [
+      'root ::= "{" loom_ws members loom_ws "}"',
+      // Every structural class admits only the space, starred or not.
+      'members ::= "\\"[ \\n\\t]*\\"" [ ]* [ \\t]* [ ] loom_ws [^ \\n\\t]* # [ \\n\\t]*',
+      'loom_ws ::= [ ]{0,1}',
+      '',
+    ].join('\n'),
+  )
+  t.equal(boundJsonWhitespace('a ::= "x" ([ \\n\\t])\n', 1, true), 'a ::= "x" ([ ])\n', 'spaces only, no run')
   const untouched = 'root ::= "a" [ ]*\n'
   t.equal(boundJsonWhitespace(untouched, 5), untouched, 'no starred newline class: unchanged')
   t.throws(() => boundJsonWhitespace(ebnf, 0), RangeError)
