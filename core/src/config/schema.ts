@@ -92,6 +92,18 @@ export const SpeculationSchema = z
   })
   .prefault({})
 
+/** Structured output (`response_format`). */
+export const StructuredOutputSchema = z
+  .strictObject({
+    /**
+     * Whitespace between JSON tokens when a request does not set `response_format.whitespace`:
+     * `compact` (at most one space, no newlines) or `flexible` (newlines and indentation, runs of
+     * up to 24 characters).
+     */
+    json_whitespace: z.enum(['compact', 'flexible']).default('compact'),
+  })
+  .prefault({})
+
 export const PluginEntrySchema = z.strictObject({
   /** A workspace package, an installed npm package, or a path relative to the config file. */
   use: z.string().min(1),
@@ -105,6 +117,7 @@ export const ConfigSchema = z.strictObject({
   limits: LimitsSchema,
   adapters: AdaptersSchema,
   speculation: SpeculationSchema,
+  structured_output: StructuredOutputSchema,
   plugins: z.array(PluginEntrySchema).min(1),
 })
 

@@ -245,6 +245,7 @@ export class LoomServer {
     const constraints = await XGrammarConstraintFactory.fromModelDir(config.model.path, {
       vocabSize: this.backend.capabilities().vocabSize,
       eosTokenIds,
+      jsonWhitespace: config.structured_output.json_whitespace,
     })
     this.#closeHooks.push(() => constraints.close())
     // The default Medusa heads, loaded before the routes open (fetched with the server's own credentials).
