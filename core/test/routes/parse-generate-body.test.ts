@@ -137,14 +137,36 @@ t.test('adapter ids and sources are bounded and free of control characters', asy
 })
 
 t.test('unsupported LoRAX options are accepted only at their default, and say they are unsupported', async (t) => {
-  t.doesNotThrow(() => parse({ inputs: 'x', parameters: { best_of: 1, return_k_alternatives: 0 } }))
+  t.doesNotThrow(() => parse({ inputs: 'x', parameters: { best_of: 1 } }))
+  t.doesNotThrow(() => parse({ inputs: 'x', parameters: { best_of: null } }))
   t.throws(() => parse({ inputs: 'x', parameters: { best_of: 2 } }), {
     message: /`parameters.best_of` is not supported by this server \(only 1, the default\); received 2/,
   })
-  t.throws(() => parse({ inputs: 'x', parameters: { return_k_alternatives: 3 } }), {
-    message: /`parameters.return_k_alternatives` is not supported by this server/,
-  })
 })
+
+t.test(
+  'return_k_alternatives asks the backend for k alternatives per token, within the top_logprobs bound',
+  async (t) => {
+    t.equal(parse({ inputs: 'x' }).generation.topLogprobs, 0, 'none by default')
+    t.equal(parse({ inputs: 'x', parameters: { return_k_alternatives: null } }).generation.topLogprobs, 0)
+    t.equal(parse({ inputs: 'x', parameters: { return_k_alternatives: 0 } }).generation.topLogprobs, 0, '0 is off')
+    t.equal(parse({ inputs: 'x', parameters: { return_k_alternatives: 3 } }).generation.topLogprobs, 3)
+    t.equal(
+      parse({ inputs: 'x', parameters: { return_k_alternatives: 5 } }, true).generation.topLogprobs,
+      5,
+      'streams too',
+    )
+    for (const bad of [6, -1, 2.5, '3', true]) {
+      t.throws(() => parse({ inputs: 'x', parameters: { return_k_alternatives: bad } }), {
+        code: 'validation_error',
+        param: 'parameters.return_k_alternatives',
+        message: new RegExp(
+          `\`parameters.return_k_alternatives\` must be an integer .*5.*; received ${JSON.stringify(bad)}`,
+        ),
+      })
+    }
+  },
+)
 
 t.test('merge weights that are all 0 are refused: the merge would have no weights', async (t) => {
   t.throws(() => parse({ inputs: 'x', parameters: { merged_adapters: { ids: ['a', 'b'], weights: [0, 0] } } }), {

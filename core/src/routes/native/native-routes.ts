@@ -20,9 +20,15 @@ export interface NativeRouteDeps {
   readonly modelId: string
 }
 
-/** LoRAX's `token` object. */
+/**
+ * LoRAX's `token` object; with `return_k_alternatives`, also the k most likely tokens at its step
+ * (`alternative_tokens`, most likely first, each the token's own string), which LoRAX sends only
+ * when asked.
+ */
 function tokenJson(token: TextToken) {
-  return { id: token.id, text: token.text, logprob: token.logprob, special: token.special, skipped: token.skipped }
+  const { id, text, logprob, special, skipped, top } = token
+  if (top === undefined) return { id, text, logprob, special, skipped }
+  return { id, text, logprob, special, alternative_tokens: top, skipped }
 }
 
 function seedJson(seed: bigint | null): number | null {

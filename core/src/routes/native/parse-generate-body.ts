@@ -79,13 +79,6 @@ export function parseGenerateBody(
   if (![undefined, null, 1].includes(p.best_of as number | null | undefined)) {
     throw fieldError(at('best_of'), 'is not supported by this server (only 1, the default)', p.best_of)
   }
-  if (![undefined, null, 0].includes(p.return_k_alternatives as number | null | undefined)) {
-    throw fieldError(
-      at('return_k_alternatives'),
-      'is not supported by this server (only 0, the default)',
-      p.return_k_alternatives,
-    )
-  }
   if (optionalBoolean(p, 'watermark', at('watermark')) === true) {
     throw fieldError(at('watermark'), 'is not supported (must be false or absent)', true)
   }
@@ -119,6 +112,15 @@ export function parseGenerateBody(
     min: 1,
     max: options.limits.maxInputLength,
   })
+  // LoRAX's alternatives are the k most likely tokens of the raw distribution, as OpenAI's
+  // `top_logprobs` are: the same backend field, under the same bound. 0 (off) is accepted too,
+  // as Loom always has, though LoRAX refuses it.
+  const alternatives =
+    optionalNumber(p, 'return_k_alternatives', at('return_k_alternatives'), {
+      integer: true,
+      min: 0,
+      max: options.limits.maxTopLogprobs,
+    }) ?? 0
   const decoderInputDetails = optionalBoolean(p, 'decoder_input_details', at('decoder_input_details')) ?? false
   if (decoderInputDetails && options.stream) {
     throw fieldError(at('decoder_input_details'), 'is not supported when streaming tokens', true)
@@ -169,7 +171,7 @@ export function parseGenerateBody(
       stop,
       truncate: truncate ?? null,
       ignoreEos: optionalBoolean(p, 'ignore_eos_token', at('ignore_eos_token')) ?? false,
-      topLogprobs: 0,
+      topLogprobs: alternatives,
       prefillLogprobs: decoderInputDetails,
       responseFormat: parseResponseFormat(p.response_format, at('response_format')),
     },
