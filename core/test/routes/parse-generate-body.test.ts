@@ -1,5 +1,5 @@
 import t from 'tap'
-import { parseGenerateBody } from '../../src/routes/native/parse-generate-body.ts'
+import { compatStream, parseGenerateBody } from '../../src/routes/native/parse-generate-body.ts'
 
 const limits = { maxInputLength: 100, maxTotalTokens: 128, maxStopSequences: 2, maxTopLogprobs: 5 }
 const parse = (body: unknown, stream = false, bearerToken?: string) =>
@@ -165,6 +165,22 @@ t.test(
         ),
       })
     }
+  },
+)
+
+t.test(
+  "compatStream reads POST /'s `stream`: absent or null is false, anything but a boolean is refused",
+  async (t) => {
+    t.equal(compatStream({ inputs: 'x' }), false)
+    t.equal(compatStream({ inputs: 'x', stream: null }), false)
+    t.equal(compatStream({ inputs: 'x', stream: false }), false)
+    t.equal(compatStream({ inputs: 'x', stream: true }), true)
+    t.throws(() => compatStream({ inputs: 'x', stream: 'true' }), {
+      code: 'validation_error',
+      param: 'stream',
+      message: /`stream` must be true or false; received "true"/,
+    })
+    t.throws(() => compatStream([{ inputs: 'x' }]), { code: 'validation_error', message: /`body` must be/ })
   },
 )
 

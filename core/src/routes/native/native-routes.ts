@@ -1,5 +1,5 @@
 import type {} from '@fastify/sse'
-import type { FastifyInstance, FastifyReply } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type {
   GenerationResult,
   GenerationService,
@@ -11,7 +11,7 @@ import { LoomError } from '../../errors/index.ts'
 import { reportStreamCancelled, sendStreamError } from '../../http/index.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { bearerToken } from '../bearer-token.ts'
-import { parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
+import { compatStream, parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
 
 export interface NativeRouteDeps {
   /** The generation service and limits, or null while the model is loading (requests get 503). */
@@ -60,7 +60,12 @@ function setHeaders(reply: FastifyReply, deps: NativeRouteDeps, request: NativeG
   }
 }
 
-/** `POST /generate` and `POST /generate_stream` in LoRAX's request and response shapes. */
+/**
+ * `POST /generate`, `POST /generate_stream` and `POST /` in LoRAX's request and response shapes.
+ * `POST /` is LoRAX's (and TGI's) compatibility route, where the lorax-client posts everything: it
+ * streams when the body says `stream: true` and otherwise answers `/generate`'s body in a
+ * one-element array (the client reads `payload[0]`).
+ */
 export function nativeRoutes(deps: NativeRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
     const serving = () => {
@@ -68,16 +73,17 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       if (!state) throw new LoomError('backend_not_ready')
       return state
     }
-    const parse = (body: unknown, stream: boolean, token: string | undefined) =>
-      parseGenerateBody(body, {
+    const parse = (request: FastifyRequest, stream: boolean) =>
+      parseGenerateBody(request.body, {
         stream,
-        bearerToken: token,
+        bearerToken: bearerToken(request),
         defaultSource: deps.defaultSource,
         limits: serving().limits,
       })
 
-    app.post('/generate', { config: { generation: true } }, async (request, reply) => {
-      const parsed = parse(request.body, false, bearerToken(request))
+    /** One whole generation; resolves to `/generate`'s body once the headers are set. */
+    async function generate(request: FastifyRequest, reply: FastifyReply): Promise<Record<string, unknown>> {
+      const parsed = parse(request, false)
       const abort = abortOnDisconnect(reply)
       const started = await serving().generation.start(parsed.generation, abort.signal)
       const result = await finished(started)
@@ -99,10 +105,11 @@ export function nativeRoutes(deps: NativeRouteDeps) {
         }
       }
       return body
-    })
+    }
 
-    app.post('/generate_stream', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
-      const parsed = parse(request.body, true, bearerToken(request))
+    /** One generation as server-sent events; the route must be registered with `sse`. */
+    async function generateStream(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+      const parsed = parse(request, true)
       const abort = abortOnDisconnect(reply)
       // Everything that can fail with a status code fails here, before the first byte is sent.
       const started = await serving().generation.start(parsed.generation, abort.signal)
@@ -142,6 +149,13 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       } finally {
         abort.abort()
       }
+    }
+
+    app.post('/generate', { config: { generation: true } }, generate)
+    app.post('/generate_stream', { sse: 'manual', config: { generation: true } }, generateStream)
+    app.post('/', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
+      if (compatStream(request.body)) return generateStream(request, reply)
+      return [await generate(request, reply)]
     })
   }
 }

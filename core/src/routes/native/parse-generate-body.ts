@@ -18,7 +18,7 @@ import {
 } from '../../validation/fields.ts'
 import { parseResponseFormat } from '../parse-response-format.ts'
 
-/** A validated `/generate` or `/generate_stream` body. */
+/** A validated `/generate`, `/generate_stream` or `POST /` body. */
 export interface NativeGenerateRequest {
   readonly generation: GenerationRequest
   readonly details: boolean
@@ -26,6 +26,7 @@ export interface NativeGenerateRequest {
   readonly returnFullText: boolean
 }
 
+// `stream` picks the route's mode on `POST /` (see `compatStream`); elsewhere LoRAX ignores it.
 const TOP_LEVEL = new Set(['inputs', 'parameters', 'stream'])
 const PARAMETERS = new Set([
   'adapter_id',
@@ -179,4 +180,13 @@ export function parseGenerateBody(
     decoderInputDetails,
     returnFullText: optionalBoolean(p, 'return_full_text', at('return_full_text')) ?? false,
   }
+}
+
+/**
+ * Whether a `POST /` body asks for a stream: LoRAX's and TGI's compatibility route, where the
+ * lorax-client sends everything, switches on `stream` (absent or null: false, their default).
+ * A body that is not an object is refused here with the message the full parse would give.
+ */
+export function compatStream(raw: unknown): boolean {
+  return optionalBoolean(expectObject(raw, 'body'), 'stream', 'stream') ?? false
 }
