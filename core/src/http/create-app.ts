@@ -94,6 +94,11 @@ export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
   })
   app.addHook('onRequest', async (request, reply) => {
     void reply.header('x-request-id', request.id)
+    // A client that asked to close (`Connection: close`, HTTP/1.0) gets `Connection: close` back
+    // on every answer, streams included: @fastify/sse writes `keep-alive` but lets reply headers
+    // override it. Answering keep-alive made clients reuse a socket Node's parser had closed, and
+    // their next request failed as malformed. Draining, the server asks every client to close.
+    if (!reply.raw.shouldKeepAlive || closing) void reply.header('connection', 'close')
     if (closing) throw new LoomError('server_closing')
     if (request.routeOptions.config.generation === true) deps.metrics.requestStarted()
   })
