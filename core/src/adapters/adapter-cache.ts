@@ -8,6 +8,7 @@ import type { Logger } from '../contracts/logger.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
 import type { Metrics } from '../metrics/index.ts'
 import { bytesUnder, findDownloadProblem } from './file-checks.ts'
+import { scopedSignal } from './scoped-signal.ts'
 
 const COMPLETE_MARKER = '.loom-complete'
 /** Written next to the marker: which adapter a cache directory holds (directory names are lossy). */
@@ -107,9 +108,13 @@ export class AdapterCache {
     // Re-check: another request may have started the download while we looked at the disk.
     const raced = this.#inflight.get(dir)
     if (raced) return raced
-    // The shared download must not die with the first caller: it gets its own signal.
-    const shared = { ...ctx, signal: AbortSignal.any([this.#closed.signal, AbortSignal.timeout(30 * 60 * 1000)]) }
-    const download = this.#download(resolved, source, shared, dir).finally(() => this.#inflight.delete(dir))
+    // The shared download must not die with the first caller: it gets its own signal, released
+    // from the cache's close signal once done (see scoped-signal.ts for why not AbortSignal.any).
+    const scoped = scopedSignal(this.#closed.signal, AbortSignal.timeout(30 * 60 * 1000))
+    const download = this.#download(resolved, source, { ...ctx, signal: scoped.signal }, dir).finally(() => {
+      scoped.release()
+      this.#inflight.delete(dir)
+    })
     this.#inflight.set(dir, download)
     return download
   }

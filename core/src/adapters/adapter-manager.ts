@@ -7,6 +7,7 @@ import type { Logger } from '../contracts/logger.ts'
 import { LoomError } from '../errors/index.ts'
 import type { AdapterCache } from './adapter-cache.ts'
 import type { AuthGate } from './auth-gate.ts'
+import { scopedSignal, type ScopedSignal } from './scoped-signal.ts'
 import { AdapterMerger, type MergeInput } from './merge/adapter-merger.ts'
 import type { MergedAdaptersRequest } from './merge/merge-params.ts'
 
@@ -72,9 +73,13 @@ export class AdapterManager {
     this.#merger.close()
   }
 
-  /** A request's signal that also fires when the server closes. */
-  #signalFor(signal: AbortSignal): AbortSignal {
-    return AbortSignal.any([signal, this.#closed.signal])
+  /**
+   * A request's signal that also fires when the server closes. The caller releases it once the
+   * request is done with its source, so nothing per request stays on the server's close signal
+   * (`AbortSignal.any` would leave an entry there for every request: see scoped-signal.ts).
+   */
+  #signalFor(signal: AbortSignal): ScopedSignal {
+    return scopedSignal(signal, this.#closed.signal)
   }
 
   /**
@@ -137,26 +142,31 @@ export class AdapterManager {
   /** Resolve, fetch (once) and load `ref`; does not authorize (see `authorize`). */
   async acquire(ref: AdapterRef, token: string | undefined, signal: AbortSignal): Promise<AcquiredAdapter> {
     const source = this.#source(ref)
-    const ctx = { token, signal: this.#signalFor(signal), logger: this.#deps.logger }
-    const resolved = await this.#resolve(source, ref, ctx).catch((err: unknown) => {
-      throw this.#closingOr(err, signal)
-    })
-    const key = `${resolved.source}:${resolved.id}@${resolved.revision}`
-    let loading = this.#loading.get(key)
-    if (!loading) {
-      loading = (async () => {
-        const dir = await this.#deps.cache.ensure(resolved, source, ctx)
-        const local: LocalAdapter = { resolved, dir, kind: await detectKind(dir, ref.id) }
-        const started = performance.now()
-        const handle = await this.#deps.backend.loadAdapter(local)
-        this.#deps.onLoaded?.(resolved.source, (performance.now() - started) / 1000)
-        return { handle, dir }
-      })()
-      // A failed load is not remembered: the next request retries.
-      loading.catch(() => this.#loading.delete(key))
-      this.#loading.set(key, loading)
+    const scoped = this.#signalFor(signal)
+    try {
+      const ctx = { token, signal: scoped.signal, logger: this.#deps.logger }
+      const resolved = await this.#resolve(source, ref, ctx).catch((err: unknown) => {
+        throw this.#closingOr(err, signal)
+      })
+      const key = `${resolved.source}:${resolved.id}@${resolved.revision}`
+      let loading = this.#loading.get(key)
+      if (!loading) {
+        loading = (async () => {
+          const dir = await this.#deps.cache.ensure(resolved, source, ctx)
+          const local: LocalAdapter = { resolved, dir, kind: await detectKind(dir, ref.id) }
+          const started = performance.now()
+          const handle = await this.#deps.backend.loadAdapter(local)
+          this.#deps.onLoaded?.(resolved.source, (performance.now() - started) / 1000)
+          return { handle, dir }
+        })()
+        // A failed load is not remembered: the next request retries.
+        loading.catch(() => this.#loading.delete(key))
+        this.#loading.set(key, loading)
+      }
+      return await loading
+    } finally {
+      scoped.release()
     }
-    return loading
   }
 
   /**
@@ -169,16 +179,19 @@ export class AdapterManager {
     token: string | undefined,
     signal: AbortSignal,
   ): Promise<AcquiredAdapter> {
+    const scoped = this.#signalFor(signal)
+    const ctx = { token, signal: scoped.signal, logger: this.#deps.logger }
     const inputs = await Promise.all(
       request.inputs.map(async (ref): Promise<MergeInput> => {
         const source = this.#source(ref)
-        const ctx = { token, signal: this.#signalFor(signal), logger: this.#deps.logger }
         const resolved = await this.#resolve(source, ref, ctx)
         return { resolved, dir: await this.#deps.cache.ensure(resolved, source, ctx) }
       }),
-    ).catch((err: unknown) => {
-      throw this.#closingOr(err, signal)
-    })
+    )
+      .catch((err: unknown) => {
+        throw this.#closingOr(err, signal)
+      })
+      .finally(() => scoped.release())
     return this.#merger.acquire(inputs, request)
   }
 

@@ -3,9 +3,17 @@ import type { AdapterRef } from '../contracts/adapter.ts'
 import type { AuthChecker, AuthDecision } from '../contracts/auth-checker.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
 import type { Metrics } from '../metrics/index.ts'
+import { scopedSignal } from './scoped-signal.ts'
 
 /** How long a shared check may run before every caller gets `auth_unavailable`. */
 const CHECK_TIMEOUT_MS = 30_000
+
+/**
+ * Most `allowed` decisions kept for `auth_ttl_s` (one per source, adapter and token): beyond it the
+ * oldest goes first, and expired ones go as new ones come, so many callers' tokens cannot grow
+ * the map without end. A dropped decision only costs one more check.
+ */
+export const MAX_ALLOWED_DECISIONS = 10_000
 
 export interface AuthGateOptions {
   readonly checkers: ReadonlyMap<string, AuthChecker>
@@ -29,6 +37,11 @@ export class AuthGate {
 
   constructor(options: AuthGateOptions) {
     this.#options = options
+  }
+
+  /** How many `allowed` decisions are kept for reuse (at most `MAX_ALLOWED_DECISIONS`). */
+  get cachedDecisions(): number {
+    return this.#allowedUntil.size
   }
 
   /** Server shutdown: abort checks in flight (a slow source must not hold the drain). */
@@ -74,9 +87,14 @@ export class AuthGate {
     let pending = this.#inflight.get(key)
     if (!pending) {
       if (this.#closed.signal.aborted) throw new LoomError('server_closing')
-      pending = checker.check(ref, token, AbortSignal.any([AbortSignal.timeout(CHECK_TIMEOUT_MS), this.#closed.signal]))
+      // Released when the check ends: nothing per check stays on the gate's close signal.
+      const scoped = scopedSignal(AbortSignal.timeout(CHECK_TIMEOUT_MS), this.#closed.signal)
+      pending = checker.check(ref, token, scoped.signal)
       this.#inflight.set(key, pending)
-      const done = () => this.#inflight.delete(key)
+      const done = () => {
+        scoped.release()
+        this.#inflight.delete(key)
+      }
       pending.then(done, done)
     }
     let decision: AuthDecision
@@ -90,7 +108,7 @@ export class AuthGate {
     }
     this.#options.metrics?.authChecked(ref.source, decision.allowed ? 'allowed' : 'denied')
     if (decision.allowed) {
-      if (this.#options.ttlSeconds > 0) this.#allowedUntil.set(key, Date.now() + this.#options.ttlSeconds * 1000)
+      if (this.#options.ttlSeconds > 0) this.#remember(key)
       return
     }
     this.#allowedUntil.delete(key)
@@ -98,5 +116,20 @@ export class AuthGate {
     if (decision.reason === 'missing') throw new LoomError('auth_missing', params)
     if (decision.reason === 'invalid') throw new LoomError('auth_invalid', params)
     throw new LoomError('auth_forbidden', params)
+  }
+
+  /**
+   * Keep an `allowed` decision for the TTL. Every entry has the same TTL and is re-inserted when
+   * renewed, so the map's order is expiry order: expired entries are dropped from its front, and
+   * the oldest beyond `MAX_ALLOWED_DECISIONS`.
+   */
+  #remember(key: string): void {
+    const now = Date.now()
+    this.#allowedUntil.delete(key)
+    this.#allowedUntil.set(key, now + this.#options.ttlSeconds * 1000)
+    for (const [oldest, until] of this.#allowedUntil) {
+      if (until > now && this.#allowedUntil.size <= MAX_ALLOWED_DECISIONS) break
+      this.#allowedUntil.delete(oldest)
+    }
   }
 }

@@ -1,6 +1,6 @@
 import t from 'tap'
 import type { AuthChecker, AuthDecision } from '../../src/contracts/auth-checker.ts'
-import { AuthGate } from '../../src/adapters/auth-gate.ts'
+import { AuthGate, MAX_ALLOWED_DECISIONS } from '../../src/adapters/auth-gate.ts'
 
 /** A checker whose decisions the test controls, counting how often the source is asked. */
 function checker(decide: (token: string | undefined) => AuthDecision | Promise<AuthDecision>) {
@@ -113,4 +113,39 @@ t.test('closing the gate stops checks in flight with server_closing', async (t) 
   gate.close()
   await t.rejects(pending, { code: 'server_closing' })
   await t.rejects(gate.authorize(ref, 'tok'), { code: 'server_closing' }, 'and new checks after it')
+})
+
+t.test('kept decisions are bounded: expired ones go, and the oldest beyond MAX_ALLOWED_DECISIONS', async (t) => {
+  const { impl, calls } = checker(() => ({ allowed: true }))
+  const gate = new AuthGate({ checkers: new Map([['hub', impl]]), ttlSeconds: 60 })
+  const n = MAX_ALLOWED_DECISIONS + 50
+  for (let i = 0; i < n; i++) await gate.authorize(ref, `caller-${i}`)
+  t.equal(gate.cachedDecisions, MAX_ALLOWED_DECISIONS, `${n} callers' tokens, ${MAX_ALLOWED_DECISIONS} kept`)
+  await gate.authorize(ref, `caller-${n - 1}`)
+  t.equal(calls.length, n, 'the newest is still reused')
+  await gate.authorize(ref, 'caller-0')
+  t.equal(calls.length, n + 1, 'the oldest was dropped: checked again')
+
+  const realNow = Date.now
+  t.teardown(() => (Date.now = realNow))
+  const now = realNow()
+  Date.now = () => now + 61_000
+  await gate.authorize(ref, 'late')
+  t.equal(gate.cachedDecisions, 1, 'once the TTL has passed, expired decisions go as a new one comes')
+})
+
+t.test('a finished check leaves nothing on the gate: closing does not reach its signal', async (t) => {
+  const given: AbortSignal[] = []
+  const impl: AuthChecker = {
+    source: 'hub',
+    async check(_ref, _token, signal) {
+      given.push(signal)
+      return { allowed: true }
+    },
+  }
+  const gate = new AuthGate({ checkers: new Map([['hub', impl]]), ttlSeconds: 0 })
+  for (let i = 0; i < 20; i++) await gate.authorize(ref, 'tok')
+  gate.close()
+  t.equal(given.length, 20)
+  t.equal(given.filter((s) => s.aborted).length, 0)
 })
