@@ -86,7 +86,7 @@ export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
   app.decorate('loomMetrics', deps.metrics)
   app.decorate('loomBodyLimit', deps.config.bodyLimit)
   installJsonBodyParser(app)
-  installErrorHandlers(app, deps.metrics, deps.config.bodyLimit)
+  installErrorHandlers(app, deps.config.bodyLimit)
 
   let closing = false
   app.addHook('preClose', async () => {

@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify'
 import { LoomError } from '../errors/loom-error.ts'
-import type { Metrics } from '../metrics/create-metrics.ts'
 import { pathOf } from './api-family.ts'
 import { errorFamily } from './error-family.ts'
 import { reportError } from './report-error.ts'
@@ -12,9 +11,9 @@ const ROUTE_METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'] as const
  * Install the error and not-found handlers on the root instance. Set before any route plugin is
  * registered, they are inherited by every plugin registered later (unless a plugin sets its own).
  */
-export function installErrorHandlers(app: FastifyInstance, metrics: Metrics, bodyLimit: number): void {
+export function installErrorHandlers(app: FastifyInstance, bodyLimit: number): void {
   app.setErrorHandler((err, request, reply) => {
-    const loomError = reportError(request, err, metrics, bodyLimit)
+    const loomError = reportError(request, err, bodyLimit)
     const family = errorFamily(request.url)
     if (reply.raw.headersSent) {
       // A stream had started: the status line is gone. Routes should end streams with

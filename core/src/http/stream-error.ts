@@ -14,7 +14,7 @@ import { reportError } from './report-error.ts'
  */
 export async function sendStreamError(request: FastifyRequest, reply: FastifyReply, err: unknown): Promise<void> {
   const server = request.server
-  const loomError = reportError(request, err, server.loomMetrics, server.loomBodyLimit)
+  const loomError = reportError(request, err, server.loomBodyLimit)
   if (reply.sse?.isConnected !== true) return
   await reply.sse.send({ data: errorFamily(request.url).payload(loomError) })
 }
@@ -25,5 +25,5 @@ export async function sendStreamError(request: FastifyRequest, reply: FastifyRep
  * ends with exactly one outcome.
  */
 export function reportStreamCancelled(request: FastifyRequest): void {
-  reportError(request, new LoomError('request_cancelled'), request.server.loomMetrics, request.server.loomBodyLimit)
+  reportError(request, new LoomError('request_cancelled'), request.server.loomBodyLimit)
 }

@@ -8,7 +8,7 @@ import type {
 } from '../../generation/generation-service.ts'
 import type { RequestLimits } from '../../generation/generation-request.ts'
 import { LoomError } from '../../errors/index.ts'
-import { reportStreamCancelled, sendStreamError } from '../../http/index.ts'
+import { SseWriter, countOutcome, reportStreamCancelled, sendStreamError } from '../../http/index.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { bearerToken } from '../bearer-token.ts'
 import { compatStream, parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
@@ -114,16 +114,16 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       // Everything that can fail with a status code fails here, before the first byte is sent.
       const started = await serving().generation.start(parsed.generation, abort.signal)
       setHeaders(reply, deps, parsed)
-      const sse = reply.sse
+      const out = new SseWriter(reply)
       try {
         let last: TextToken | null = null
         for await (const event of started.events) {
-          if (!sse.isConnected) {
-            reportStreamCancelled(request)
-            break
-          }
           if (event.type === 'token') {
-            if (last) await sse.send({ data: { token: tokenJson(last), generated_text: null, details: null } })
+            const sent =
+              last === null ||
+              (await out.send({ data: { token: tokenJson(last), generated_text: null, details: null } }))
+            // Leaving the loop cancels the generation.
+            if (!sent) return reportStreamCancelled(request)
             last = event.token
             continue
           }
@@ -137,14 +137,17 @@ export function nativeRoutes(deps: NativeRouteDeps) {
                 seed: seedJson(result.seed),
               }
             : null
+          if (!out.open) return reportStreamCancelled(request)
           recordSuccess(reply, result)
           // The result's last token: it carries the text held back to the end (a possible stop
           // prefix, an unfinished character), which the streamed copy does not.
           const token = result.tokens.at(-1) ??
             last ?? { id: -1, text: '', piece: '', logprob: 0, special: true, skipped: false }
-          await sse.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
+          await out.send({ data: { token: tokenJson(token), generated_text: fullText(parsed, result), details } })
         }
       } catch (err) {
+        // A generation cancelled because the client left is the client leaving, not a failure.
+        if (!out.open) return reportStreamCancelled(request)
         await sendStreamError(request, reply, err)
       } finally {
         abort.abort()
@@ -162,14 +165,16 @@ export function nativeRoutes(deps: NativeRouteDeps) {
 
 /** Count a finished generation in `loom_request_*`. */
 function recordSuccess(reply: FastifyReply, result: GenerationResult): void {
-  reply.server.loomMetrics.requestSucceeded({
-    durationS: reply.elapsedTime / 1000,
-    ...result.timings,
-    inputTokens: result.promptTokens,
-    generatedTokens: result.generatedTokens,
-    skippedTokens: result.skippedTokens,
-    maxNewTokens: result.maxNewTokens,
-  })
+  countOutcome(reply.request, (metrics) =>
+    metrics.requestSucceeded({
+      durationS: reply.elapsedTime / 1000,
+      ...result.timings,
+      inputTokens: result.promptTokens,
+      generatedTokens: result.generatedTokens,
+      skippedTokens: result.skippedTokens,
+      maxNewTokens: result.maxNewTokens,
+    }),
+  )
 }
 
 async function finished(started: StartedGeneration): Promise<GenerationResult> {

@@ -52,8 +52,9 @@ export function chatRoute(deps: OpenAiRouteDeps) {
           chatStreamShape(chat, started, { ...envelope, object: 'chat.completion.chunk' }),
         )
       } finally {
-        // Non-streamed responses are complete here too; aborting a finished request is a no-op.
-        if (chat.stream) abort.abort()
+        // However the request ended (answered, failed, its client gone), no choice runs on for
+        // nobody; for choices that finished, aborting is a no-op.
+        abort.abort()
       }
     })
   }

@@ -25,41 +25,48 @@ export function completionsRoute(deps: OpenAiRouteDeps) {
     app.post('/v1/completions', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
       const body = parseCompletionsBody(request.body, parseContext(deps, request))
       const abort = abortOnDisconnect(reply)
-      // Choice index = prompt index × n + choice number, as OpenAI numbers them.
-      const started = await startChoices(
-        servingState(deps).generation,
-        choiceRequests(body.generations, body.n),
-        abort.signal,
-        (err, index) =>
-          toOpenAiLengthError(err, {
-            maxTokens: body.maxTokensField,
-            defaultMaxTokens: body.maxTokensSent ? null : COMPLETIONS_DEFAULT_MAX_TOKENS,
-            prompt: body.promptFields[Math.floor(index / body.n)]!,
-          }),
-      )
-      const promptTokens = started.filter((_, i) => i % body.n === 0).reduce((sum, s) => sum + s.promptTokens, 0)
-      const envelope = { id: completionId('cmpl'), object: 'text_completion', created: nowSeconds(), model: body.model }
-
-      if (!body.stream) {
-        const results = await finishChoices(started)
-        recordSuccess(reply, promptTokens, results)
-        return {
-          ...envelope,
-          choices: results.map((result, index) => {
-            const text = choiceText(body, started[index]!, result)
-            return {
-              index,
-              text,
-              logprobs: body.logprobs === null ? null : choiceLogprobs(text, result, body.echo),
-              finish_reason: openAiFinishReason(result.finishReason),
-            }
-          }),
-          usage: usageOf(promptTokens, results),
-        }
-      }
       try {
+        // Choice index = prompt index × n + choice number, as OpenAI numbers them.
+        const started = await startChoices(
+          servingState(deps).generation,
+          choiceRequests(body.generations, body.n),
+          abort.signal,
+          (err, index) =>
+            toOpenAiLengthError(err, {
+              maxTokens: body.maxTokensField,
+              defaultMaxTokens: body.maxTokensSent ? null : COMPLETIONS_DEFAULT_MAX_TOKENS,
+              prompt: body.promptFields[Math.floor(index / body.n)]!,
+            }),
+        )
+        const promptTokens = started.filter((_, i) => i % body.n === 0).reduce((sum, s) => sum + s.promptTokens, 0)
+        const envelope = {
+          id: completionId('cmpl'),
+          object: 'text_completion',
+          created: nowSeconds(),
+          model: body.model,
+        }
+
+        if (!body.stream) {
+          const results = await finishChoices(started)
+          recordSuccess(reply, promptTokens, results)
+          return {
+            ...envelope,
+            choices: results.map((result, index) => {
+              const text = choiceText(body, started[index]!, result)
+              return {
+                index,
+                text,
+                logprobs: body.logprobs === null ? null : choiceLogprobs(text, result, body.echo),
+                finish_reason: openAiFinishReason(result.finishReason),
+              }
+            }),
+            usage: usageOf(promptTokens, results),
+          }
+        }
         await streamChoices(request, reply, started, completionsStreamShape(body, started, envelope, promptTokens))
       } finally {
+        // However the request ended (answered, failed, its client gone), no choice runs on for
+        // nobody; for choices that finished, aborting is a no-op.
         abort.abort()
       }
     })

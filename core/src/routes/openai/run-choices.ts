@@ -6,6 +6,7 @@ import type {
   StartedGeneration,
 } from '../../generation/generation-service.ts'
 import { LoomError } from '../../errors/index.ts'
+import { interleave } from '../../generation/interleave.ts'
 
 /** One choice's generation request: `n` copies of a prompt differ only in their seed. */
 export function choiceRequests(requests: readonly GenerationRequest[], n: number): GenerationRequest[] {
@@ -26,8 +27,12 @@ export function choiceRequests(requests: readonly GenerationRequest[], n: number
 
 /**
  * Start every choice. They run concurrently (and batch together); if one fails to start, the others
- * are cancelled and the first error is thrown, so the client gets one clean error status.
+ * are cancelled and that first failure is thrown, so the client gets one clean error status.
  * `describeError` re-addresses that error to the request that failed (its index in `requests`).
+ *
+ * Each choice gets its own signal, fed by one listener on `signal`: with `n: 16` the request's
+ * signal carried a listener per choice from every layer (sources, the backend) and Node warned of
+ * a listener leak.
  */
 export async function startChoices(
   service: GenerationService,
@@ -35,48 +40,48 @@ export async function startChoices(
   signal: AbortSignal,
   describeError: (err: unknown, index: number) => unknown = (err) => err,
 ): Promise<StartedGeneration[]> {
-  const controller = new AbortController()
-  const onAbort = () => controller.abort(signal.reason)
-  signal.addEventListener('abort', onAbort, { once: true })
-  const settled = await Promise.allSettled(requests.map((r) => service.start(r, controller.signal)))
-  const failed = settled.findIndex((s) => s.status === 'rejected')
-  if (failed >= 0) {
-    controller.abort()
-    signal.removeEventListener('abort', onAbort)
-    throw describeError((settled[failed] as PromiseRejectedResult).reason, failed)
+  const controllers = requests.map(() => new AbortController())
+  const cancelAll = (reason: unknown) => {
+    for (const controller of controllers) controller.abort(reason)
   }
+  if (signal.aborted) cancelAll(signal.reason)
+  else signal.addEventListener('abort', () => cancelAll(signal.reason), { once: true })
+  let firstFailure: { index: number; err: unknown } | null = null
+  const settled = await Promise.allSettled(
+    requests.map((request, index) =>
+      service.start(request, controllers[index]!.signal).catch((err: unknown) => {
+        // The first failure is the client's answer; the cancellations it causes in the others are not.
+        if (firstFailure === null) {
+          firstFailure = { index, err }
+          cancelAll(new LoomError('request_cancelled'))
+        }
+        throw err
+      }),
+    ),
+  )
+  const failure = firstFailure as { index: number; err: unknown } | null
+  if (failure !== null) throw describeError(failure.err, failure.index)
   return settled.map((s) => (s as PromiseFulfilledResult<StartedGeneration>).value)
 }
 
-/** Wait for every choice's result. */
+/**
+ * Wait for every choice's result. If one fails, the others are cancelled (their `return()`; the
+ * route aborts their signal too) and its error is thrown.
+ */
 export async function finishChoices(started: readonly StartedGeneration[]): Promise<GenerationResult[]> {
-  return Promise.all(started.map(finishOne))
-}
-
-async function finishOne(started: StartedGeneration): Promise<GenerationResult> {
-  for await (const event of started.events) if (event.type === 'end') return event.result
-  throw new LoomError('generation_error', { detail: 'generation ended without a result' })
-}
-
-/** Interleave the choices' events as they arrive, tagged with the choice index. */
-export async function* mergeChoices(
-  started: readonly StartedGeneration[],
-): AsyncGenerator<{ index: number; event: GenerationEvent }> {
-  const iterators = started.map((s) => s.events[Symbol.asyncIterator]())
-  const next = (index: number) => iterators[index]!.next().then((result) => ({ index, result }))
-  const pending = new Map(iterators.map((_, i) => [i, next(i)]))
-  try {
-    while (pending.size > 0) {
-      const { index, result } = await Promise.race(pending.values())
-      if (result.done) {
-        pending.delete(index)
-        continue
-      }
-      pending.set(index, next(index))
-      yield { index, event: result.value }
-    }
-  } finally {
-    // A client that went away (or an error) cancels every choice still running.
-    await Promise.allSettled(iterators.map((it) => it.return?.()))
+  const results: (GenerationResult | undefined)[] = started.map(() => undefined)
+  for await (const { index, value } of mergeChoices(started)) {
+    if (value.type === 'end') results[index] = value.result
   }
+  if (results.some((r) => r === undefined)) {
+    throw new LoomError('generation_error', { detail: 'generation ended without a result' })
+  }
+  return results as GenerationResult[]
+}
+
+/** Interleave the choices' events as they arrive, tagged with the choice index (see `interleave`). */
+export function mergeChoices(
+  started: readonly StartedGeneration[],
+): AsyncGenerator<{ index: number; value: GenerationEvent }, void, undefined> {
+  return interleave(started.map((s) => s.events))
 }
