@@ -8,6 +8,11 @@ import { z } from 'zod'
 
 const port = z.number().int().min(0).max(65535)
 const positiveInt = z.number().int().positive()
+/**
+ * The HTTP timeouts (seconds): only while a request is being received; never while it is answered.
+ * At most a day: Node's timers take 32-bit milliseconds.
+ */
+const timeoutSeconds = z.number().positive().max(86_400)
 
 export const ServerSchema = z
   .strictObject({
@@ -16,6 +21,24 @@ export const ServerSchema = z
     /** Largest accepted request body in bytes. */
     body_limit: positiveInt.default(1024 * 1024),
     log_level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** Seconds a client has to send a request's headers (from connecting, or the end of its previous request); then 408. */
+    headers_timeout_s: timeoutSeconds.default(10),
+    /** Seconds a client has to send a whole request, body included, counted like `headers_timeout_s`; then 408. */
+    request_timeout_s: timeoutSeconds.default(60),
+    /** Seconds an idle kept-alive connection stays open (uvicorn's default, so vLLM's, is 5). */
+    keep_alive_timeout_s: timeoutSeconds.default(5),
+  })
+  // Node refuses a headers timeout longer than the request timeout, which includes the headers.
+  .check((ctx) => {
+    const { headers_timeout_s: headers, request_timeout_s: request } = ctx.value
+    if (headers > request) {
+      ctx.issues.push({
+        code: 'custom',
+        input: headers,
+        path: ['headers_timeout_s'],
+        message: `must be <= \`server.request_timeout_s\` (${request}), which counts the headers too`,
+      })
+    }
   })
   .prefault({})
 

@@ -58,6 +58,8 @@ export const ERRORS = {
     'Method {method} is not allowed for {url}; use {allowed}',
   ),
   bad_request: spec(400, 'validation', 'invalid_request_error', 'Bad request: {detail}'),
+  // 408: OpenAI's SDKs retry it (a client that stalled may well succeed on a fresh connection).
+  request_timeout: spec(408, 'timeout', 'invalid_request_error', 'The request did not arrive in time: {detail}'),
   model_not_found: spec(
     404,
     'not_found',

@@ -6,9 +6,11 @@ import { LoomError } from '../errors/loom-error.ts'
 import type { LoomLogger } from '../logging/create-logger.ts'
 import { redactSecrets } from '../logging/redact-secrets.ts'
 import type { Metrics } from '../metrics/create-metrics.ts'
+import { clientErrorHandler } from './client-errors.ts'
 import { installErrorHandlers } from './error-handlers.ts'
 import type {} from './fastify-decorations.ts'
 import type { InfoResponse } from './info-response.ts'
+import { DEFAULT_HTTP_TIMEOUTS, serverTimeoutOptions, type HttpTimeouts } from './http-timeouts.ts'
 import { installJsonBodyParser } from './json-body-parser.ts'
 import { registerSystemRoutes } from './system-routes.ts'
 
@@ -23,6 +25,8 @@ export interface HttpConfig {
   readonly bodyLimit: number
   /** Milliseconds between SSE heartbeat comments on idle streams; 0 disables. Default 15000. */
   readonly sseHeartbeatMs?: number
+  /** How long a client may take to send a request (`server.*_timeout_s`); default `DEFAULT_HTTP_TIMEOUTS`. */
+  readonly timeouts?: HttpTimeouts
 }
 
 /** What the HTTP layer needs from the rest of the server. */
@@ -62,25 +66,21 @@ function requestIdOf(req: IncomingMessage): string {
  * `config: { generation: true }` to have them counted in `loom_request_*`.
  */
 export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
+  const timeouts = deps.config.timeouts ?? DEFAULT_HTTP_TIMEOUTS
   const app = Fastify({
     loggerInstance: deps.logger,
     bodyLimit: deps.config.bodyLimit,
     genReqId: requestIdOf,
     // Requests arriving while the server drains get Loom's `server_closing` error, not fastify's body.
     return503OnClosing: false,
-    // Framing errors Node's parser finds before any route (a body longer than its
-    // Content-Length, a malformed header) answer in Loom's native shape, not fastify's.
-    clientErrorHandler: (err, socket) => {
-      const status = (err as { code?: string }).code === 'HPE_HEADER_OVERFLOW' ? 431 : 400
-      const body = JSON.stringify({ error: 'Bad request: the HTTP request is malformed', error_type: 'validation' })
-      if (socket.writable) {
-        socket.end(
-          `HTTP/1.1 ${status} ${status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
-            `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-            `connection: close\r\n\r\n${body}`,
-        )
-      } else socket.destroy(err)
-    },
+    ...serverTimeoutOptions(timeouts),
+    // Requests Node's parser cannot frame, and requests that do not arrive in time, answer in
+    // Loom's shape of their API family, not fastify's.
+    clientErrorHandler: clientErrorHandler({
+      headersTimeoutMs: timeouts.headersMs,
+      requestTimeoutMs: timeouts.requestMs,
+      logger: deps.logger,
+    }),
   }) as unknown as HttpApp
 
   app.decorate('loomMetrics', deps.metrics)

@@ -180,7 +180,14 @@ export class LoomServer {
         speculation: backend instanceof BatchingEngine ? () => backend.speculationStats() : undefined,
       })
       const app = await createHttpApp({
-        config: { bodyLimit: config.server.body_limit },
+        config: {
+          bodyLimit: config.server.body_limit,
+          timeouts: {
+            headersMs: config.server.headers_timeout_s * 1000,
+            requestMs: config.server.request_timeout_s * 1000,
+            keepAliveMs: config.server.keep_alive_timeout_s * 1000,
+          },
+        },
         isReady: () => (server?.serving ?? null) !== null,
         info: () => server!.#info(),
         metrics,

@@ -1,5 +1,5 @@
 import type { DestinationStream } from 'pino'
-import { createHttpApp, type HttpApp, type InfoResponse } from '../../src/http/index.ts'
+import { createHttpApp, type HttpApp, type HttpConfig, type InfoResponse } from '../../src/http/index.ts'
 import { createLogger } from '../../src/logging/index.ts'
 import { createMetrics, type GaugeSample, type Metrics } from '../../src/metrics/index.ts'
 
@@ -30,8 +30,14 @@ export interface TestServer {
   setReady(ready: boolean): void
 }
 
-/** A server with a capturing log destination at `trace`, so a test sees everything that is logged. */
-export async function startTestServer(sample?: () => GaugeSample | undefined): Promise<TestServer> {
+/**
+ * A server with a capturing log destination at `trace`, so a test sees everything that is logged.
+ * `config` overrides the HTTP config (body limit `BODY_LIMIT`, default timeouts).
+ */
+export async function startTestServer(
+  sample?: () => GaugeSample | undefined,
+  config: Partial<HttpConfig> = {},
+): Promise<TestServer> {
   const lines: string[] = []
   const destination: DestinationStream = {
     write(line: string) {
@@ -42,7 +48,7 @@ export async function startTestServer(sample?: () => GaugeSample | undefined): P
   const metrics = createMetrics(sample === undefined ? {} : { sample })
   let ready = false
   const app = await createHttpApp({
-    config: { bodyLimit: BODY_LIMIT },
+    config: { bodyLimit: BODY_LIMIT, ...config },
     isReady: () => ready,
     info: () => INFO,
     metrics,

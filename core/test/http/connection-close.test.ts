@@ -58,3 +58,17 @@ t.test('an HTTP/1.0 stream closes its connection', async (t) => {
   t.match(answer, /\r\nconnection: close\r\n/i)
   t.notMatch(answer, /keep-alive/i)
 })
+
+t.test('a request sent anyway after Connection: close is not processed', async (t) => {
+  const port = await listenWithStreams(t)
+  for (const path of ['/v1/completions', '/generate_stream']) {
+    const request = (connection: string) =>
+      `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n${connection}\r\n{}`
+    // Both requests in one write: the second arrives while the first streams.
+    const answer = await exchange(port, request('connection: close\r\n') + request(''))
+    t.match(answer, /^HTTP\/1\.1 200 OK\r\n/, `${path}: the stream is whole`)
+    t.match(answer, /\r\nconnection: close\r\n/)
+    t.match(answer, /data: \{"token":"b"\}\n\n\r\n0\r\n\r\n$/, 'then the server closes, as RFC 9112 asks')
+    t.equal(answer.split('HTTP/1.1 ').length, 2, 'one answer only')
+  }
+})

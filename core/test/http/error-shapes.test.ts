@@ -137,9 +137,10 @@ t.test('a request Node cannot frame (body past its Content-Length) gets the nati
   const { port } = app.server.address() as AddressInfo
   const answer = await new Promise<string>((resolve, reject) => {
     const socket = connect(port, '127.0.0.1', () => {
-      const body = '{"inputs":"hi","parameters":{"max_new_tokens":1}}'
+      // The first 2 bytes make a whole request (answered 404 first); the rest cannot be framed.
+      const body = '{}"inputs":"hi","parameters":{"max_new_tokens":1}}'
       socket.write(
-        `POST /nope HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n${body}`,
+        `POST /nope HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n${body}`,
       )
     })
     let text = ''
