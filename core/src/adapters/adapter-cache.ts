@@ -8,7 +8,7 @@ import type { Logger } from '../contracts/logger.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
 import type { Metrics } from '../metrics/index.ts'
 import { bytesUnder, findDownloadProblem } from './file-checks.ts'
-import { scopedSignal } from './scoped-signal.ts'
+import { lifetimeController, scopedSignal } from './scoped-signal.ts'
 
 const COMPLETE_MARKER = '.loom-complete'
 /** Written next to the marker: which adapter a cache directory holds (directory names are lossy). */
@@ -58,7 +58,7 @@ export class AdapterCache {
   readonly #verified = new Set<string>()
   #sweepOnce: Promise<void> | null = null
   /** Aborted by `close()`: downloads in flight stop when the server shuts down. */
-  readonly #closed = new AbortController()
+  readonly #closed = lifetimeController()
 
   constructor(options: AdapterCacheOptions) {
     this.#options = options

@@ -7,7 +7,7 @@ import type { Logger } from '../contracts/logger.ts'
 import { LoomError } from '../errors/index.ts'
 import type { AdapterCache } from './adapter-cache.ts'
 import type { AuthGate } from './auth-gate.ts'
-import { scopedSignal, type ScopedSignal } from './scoped-signal.ts'
+import { lifetimeController, scopedSignal, type ScopedSignal } from './scoped-signal.ts'
 import { AdapterMerger, type MergeInput } from './merge/adapter-merger.ts'
 import type { MergedAdaptersRequest } from './merge/merge-params.ts'
 
@@ -51,7 +51,7 @@ export class AdapterManager {
   readonly #resolved = new Map<string, { at: number; value: ResolvedAdapter }>()
   readonly #merger: AdapterMerger
   /** Aborted by `close()`: authorization checks, resolutions, downloads and merges in flight stop. */
-  readonly #closed = new AbortController()
+  readonly #closed = lifetimeController()
 
   constructor(deps: AdapterManagerDeps) {
     this.#deps = deps

@@ -3,7 +3,7 @@ import type { AdapterRef } from '../contracts/adapter.ts'
 import type { AuthChecker, AuthDecision } from '../contracts/auth-checker.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
 import type { Metrics } from '../metrics/index.ts'
-import { scopedSignal } from './scoped-signal.ts'
+import { lifetimeController, scopedSignal } from './scoped-signal.ts'
 
 /** How long a shared check may run before every caller gets `auth_unavailable`. */
 const CHECK_TIMEOUT_MS = 30_000
@@ -33,7 +33,7 @@ export class AuthGate {
   readonly #inflight = new Map<string, Promise<AuthDecision>>()
   readonly #allowedUntil = new Map<string, number>()
   /** Aborted by `close()`: checks in flight stop and answer `server_closing`. */
-  readonly #closed = new AbortController()
+  readonly #closed = lifetimeController()
 
   constructor(options: AuthGateOptions) {
     this.#options = options

@@ -1,3 +1,5 @@
+import { setMaxListeners } from 'node:events'
+
 /**
  * A signal for one operation that fires when any of `sources` does (the request's own signal, the
  * server closing), and that lets go of them once the operation is over.
@@ -35,4 +37,15 @@ export function scopedSignal(...sources: readonly AbortSignal[]): ScopedSignal {
     listeners.length = 0
   }
   return { signal: controller.signal, release }
+}
+
+/**
+ * The controller of a signal that lives as long as the server (its close) and that every request
+ * in flight follows through `scopedSignal`: one listener per request, removed when it ends, so
+ * many at once is no leak, and Node's warning beyond 10 listeners is turned off for it.
+ */
+export function lifetimeController(): AbortController {
+  const controller = new AbortController()
+  setMaxListeners(0, controller.signal)
+  return controller
 }

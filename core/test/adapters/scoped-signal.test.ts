@@ -1,6 +1,6 @@
 import { getEventListeners } from 'node:events'
 import t from 'tap'
-import { scopedSignal } from '../../src/adapters/scoped-signal.ts'
+import { lifetimeController, scopedSignal } from '../../src/adapters/scoped-signal.ts'
 
 /**
  * `scopedSignal` follows its sources until released, and leaves nothing on them afterwards (issue
@@ -43,4 +43,20 @@ t.test('release leaves no listener on the sources, and the signal no longer foll
   kept.release()
   server.abort()
   t.notOk(kept.signal.aborted, 'a released signal does not fire')
+})
+
+t.test('many requests in flight on a lifetime signal raise no MaxListenersExceededWarning', async (t) => {
+  const warnings: string[] = []
+  const onWarning = (warning: Error) => warnings.push(warning.name)
+  process.on('warning', onWarning)
+  t.teardown(() => process.off('warning', onWarning))
+  const server = lifetimeController()
+  const inFlight = Array.from({ length: 50 }, () => scopedSignal(new AbortController().signal, server.signal))
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(warnings, [])
+  server.abort()
+  t.ok(
+    inFlight.every((s) => s.signal.aborted),
+    'and closing still reaches every one',
+  )
 })
