@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/host-memory.h"
 #include "kernels/kernels.h"
 #include "runtime/thread-pool.h"
 
@@ -16,6 +17,16 @@ class CpuDevice final : public Device {
   explicit CpuDevice(int threads);
   const char* name() const override { return "cpu"; }
   int threads() const { return pool_.size(); }
+
+  void* alloc(int64_t bytes) override { return HostMemory::alloc(bytes); }
+  void release(void* p) override { HostMemory::release(p); }
+  void upload(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void download(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void zero(void* dst, int64_t bytes) override { HostMemory::zero(dst, bytes); }
+  // Every op returns once its work is done (the pool joins before returning).
+  void synchronize() override {}
+  bool reads_host_memory() const override { return true; }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,

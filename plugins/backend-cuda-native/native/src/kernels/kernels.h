@@ -78,10 +78,38 @@ struct AttnShape {
 };
 
 // The op set. Every entry: a "Semantics:" pseudo-loop and the argument shapes.
+//
+// A device owns its memory. Every pointer an op reads or writes points into memory the device
+// handed out (alloc) or weights it made resident, unless the argument says "host": for the cpu
+// device that is ordinary host memory, for cuda it is GPU memory that only the device's ops and
+// its upload/download/copy may touch. Ops and transfers run in the order they are issued (one
+// stream); a device may run them asynchronously, and `synchronize` waits for all of them.
 class Device {
  public:
   virtual ~Device() = default;
   virtual const char* name() const = 0;
+
+  // ---- Memory ----
+
+  // `bytes` of device memory, aligned to 256 bytes, contents undefined; nullptr when out of memory.
+  virtual void* alloc(int64_t bytes) = 0;
+  // Return memory from `alloc` (nullptr: nothing). Waits for queued ops that may still use it.
+  virtual void release(void* p) = 0;
+  // Host → device. `src` (host) must stay valid and unchanged until the next `synchronize`.
+  virtual void upload(void* dst, const void* src, int64_t bytes) = 0;
+  // Device → host. `dst` (host) holds the bytes once `synchronize` returns.
+  virtual void download(void* dst, const void* src, int64_t bytes) = 0;
+  // Device → device (the ranges must not overlap).
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  // Semantics: for i<bytes: dst[i] = 0
+  virtual void zero(void* dst, int64_t bytes) = 0;
+  // Wait until every op and transfer issued so far has finished.
+  virtual void synchronize() = 0;
+  // True when ops may read host memory directly (the cpu device): weights mapped from a file are
+  // then used in place, never copied. False (cuda): the model uploads them at load.
+  virtual bool reads_host_memory() const = 0;
+
+  // ---- Ops ----
 
   // Semantics: for j<njobs, t<T, n<N_j: y_j[t*ldy_j+n] = (accumulate ? y_j[..] : 0) + bias_j[n]
   //            + Σ_k x[t*ldx+k] * W_j[n,k]

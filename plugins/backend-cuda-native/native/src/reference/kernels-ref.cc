@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/host-memory.h"
 #include "kernels/kernels.h"
 
 namespace loom {
@@ -15,6 +16,15 @@ namespace {
 class ReferenceDevice final : public Device {
  public:
   const char* name() const override { return "reference"; }
+
+  void* alloc(int64_t bytes) override { return HostMemory::alloc(bytes); }
+  void release(void* p) override { HostMemory::release(p); }
+  void upload(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void download(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
+  void zero(void* dst, int64_t bytes) override { HostMemory::zero(dst, bytes); }
+  void synchronize() override {}
+  bool reads_host_memory() const override { return true; }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     for (int j = 0; j < njobs; j++) {
