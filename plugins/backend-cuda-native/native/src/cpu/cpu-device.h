@@ -31,14 +31,20 @@ class CpuDevice final : public Device {
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                int64_t ldy) override;
+  void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                   float* sin) override;
   void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override;
+  void gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) override;
   void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void silu_residual(const float* t, int64_t n, float* y) override;
-  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, float* kc,
-                float* vc) override;
-  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) override;
-  void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows, int nrows,
+  void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) override;
+  void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size, int32_t* slot) override;
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, DType kv_dtype,
+                void* kc, void* vc) override;
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
+               void* vc) override;
+  void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
                  const AttnShape& shape, float* out) override;
   void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                    int64_t ldt) override;
@@ -47,6 +53,8 @@ class CpuDevice final : public Device {
   void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
+  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                   int32_t* leaf) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
   void prefetch_in_next_matmul(const CacheRegion* regions, int n) override;
@@ -59,6 +67,7 @@ class CpuDevice final : public Device {
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
   std::vector<CacheRegion> prefetch_;     // prefetch_in_next_matmul's regions (cleared by matmul)
   std::vector<int64_t> prefetch_end_;     // their cumulative byte ends
+  std::vector<int32_t> parents_;          // greedy_leaf's parent of each node of a row
 };
 
 // Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens, all

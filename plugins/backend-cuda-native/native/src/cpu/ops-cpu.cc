@@ -66,6 +66,29 @@ void CpuDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const
   });
 }
 
+// Angles in double (positions can be large), one sincos pair per (token, frequency); split by
+// token across the pool for prefill-sized steps (a decode step's tables are a few dozen pairs).
+void CpuDevice::rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                            float* sin) {
+  for_range(pool_, T, half * 32, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+      const double p = double(positions[t]);
+      float* c = cos + t * half;
+      float* s = sin + t * half;
+      for (int64_t i = 0; i < half; i++) {
+        const double a = p * inv_freq[i];
+        c[i] = float(std::cos(a));
+        s[i] = float(std::sin(a));
+      }
+    }
+  });
+}
+
+// Row copies; a few rows of H floats per step (logits rows, Medusa hidden states).
+void CpuDevice::gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) {
+  for (int64_t i = 0; i < n; i++) std::memcpy(dst + i * H, src + int64_t(idx[i]) * ld, size_t(H) * 4);
+}
+
 // HF rotate_half: lane i pairs with lane i + D/2 of the same head, so both halves load as
 // contiguous vectors and no shuffles are needed. cos/sin are per token, shared by all heads
 // and all layers (computed once per step by the model).
@@ -137,22 +160,53 @@ void CpuDevice::silu_residual(const float* t, int64_t n, float* y) {
   });
 }
 
+// Walks each row's cache indices block by block, so the division happens once per block.
+void CpuDevice::kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) {
+  for (int r = 0; r < nrows; r++) {
+    const AttnRow& row = rows[r];
+    int32_t* out = slot + row.tok_start;
+    int64_t c = row.cache_len;
+    const int64_t end = c + row.n;
+    while (c < end) {
+      const int64_t block = c / block_size, stop = std::min(end, (block + 1) * block_size);
+      const int64_t base = int64_t(row.block_table[block]) * block_size - block * block_size;
+      for (; c < stop; c++) *out++ = int32_t(base + c);
+    }
+  }
+}
+
+void CpuDevice::paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
+                            int32_t* slot) {
+  for (int64_t i = 0; i < n; i++) {
+    const int32_t q = idx[i] / block_size;
+    slot[i] = block_table[q] * block_size + (idx[i] - q * block_size);
+  }
+}
+
 // Each token's K and V rows ([Hkv·D] floats) land in the cache slot the block table assigned.
-// Slots are distinct within a step, so order does not matter.
+// Slots are distinct within a step, so order does not matter. The cpu keeps f32 caches (its
+// kv_dtype); another dtype takes the reference's scalar path.
 void CpuDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
-                         float* kc, float* vc) {
+                         DType dt, void* kcache, void* vcache) {
+  if (dt != DType::F32) return reference_device()->kv_store(k, v, T, ldk, slot, E, dt, kcache, vcache);
+  float* kc = static_cast<float*>(kcache);
+  float* vc = static_cast<float*>(vcache);
   for (int64_t t = 0; t < T; t++) {
     std::memcpy(kc + int64_t(slot[t]) * E, k + t * ldk, size_t(E) * 4);
     std::memcpy(vc + int64_t(slot[t]) * E, v + t * ldk, size_t(E) * 4);
   }
 }
 
-void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) {
+void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType dt, void* kcache,
+                        void* vcache) {
   // Sequential on purpose: a later copy may read an entry an earlier one wrote.
+  const int64_t row = E * dtype_size(dt);
+  char* kc = static_cast<char*>(kcache);
+  char* vc = static_cast<char*>(vcache);
   for (int64_t i = 0; i < n; i++) {
     if (from[i] == to[i]) continue;
-    std::memmove(kc + int64_t(to[i]) * E, kc + int64_t(from[i]) * E, size_t(E) * 4);
-    std::memmove(vc + int64_t(to[i]) * E, vc + int64_t(from[i]) * E, size_t(E) * 4);
+    std::memmove(kc + int64_t(to[i]) * row, kc + int64_t(from[i]) * row, size_t(row));
+    std::memmove(vc + int64_t(to[i]) * row, vc + int64_t(from[i]) * row, size_t(row));
   }
 }
 
@@ -162,8 +216,11 @@ void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64
 //   3. the weighted sum of V rows, accumulated in an L1-resident [D] buffer.
 // GQA: query head h reads KV head h / (Hq / Hkv). The scratch is per thread and grows only
 // when a longer context shows up, so a warm server does not allocate here.
-void CpuDevice::attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows,
+void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const void* vcache, const AttnRow* rows,
                           int nrows, const AttnShape& s, float* out) {
+  if (s.kv_dtype != DType::F32) return reference_device()->attention(q, ldq, kcache, vcache, rows, nrows, s, out);
+  const float* kc = static_cast<const float*>(kcache);
+  const float* vc = static_cast<const float*>(vcache);
   const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
   const int64_t E = int64_t(s.num_kv_heads) * D;
   // items_[k] = row of the k-th new token, in batch order.
@@ -266,15 +323,47 @@ int32_t first_index_of(const float* row, int64_t V, float m) {
 }  // namespace
 
 // First maximum per row (ties pick the lower index, like the reference and numpy): the row's
-// maximum by vector max, then the first index holding it. A row starting with NaN gives 0, as
-// the reference's scan does.
+// maximum by vector max from -inf (NaN loses every comparison), then the first index holding
+// it; -1 when nothing beats -inf.
 void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
+  const float none = -std::numeric_limits<float>::infinity();
   for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
       const float* row = x + t * ld;
-      out[t] = V <= 0 || std::isnan(row[0]) ? 0 : first_index_of(row, V, row_max(row, V, row[0]));
+      const float m = row_max(row, V, none);
+      out[t] = m == none ? -1 : first_index_of(row, V, m);
     }
   });
+}
+
+// The walk of the reference, with each node's parent found once per row (one backward scan of
+// its mask row) instead of once per visited candidate. parents_ is kept across calls.
+void CpuDevice::greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                            int32_t* leaf) {
+  for (int r = 0; r < nrows; r++) {
+    const LeafRow& row = rows[r];
+    if (row.n == 0) {
+      leaf[r] = -1;
+      continue;
+    }
+    if (int64_t(parents_.size()) < row.n) parents_.resize(size_t(row.n));
+    for (int32_t c = 0; c < row.n; c++) {
+      int32_t p = c - 1;
+      if (row.tree_mask) {
+        const uint8_t* m = row.tree_mask + int64_t(c) * row.n;
+        while (p >= 0 && !m[p]) p--;
+      }
+      parents_[size_t(c)] = p;
+    }
+    const int32_t* tok = tokens + row.tok_start;
+    int32_t node = 0, c = 1;
+    // Children of a node come after it, so the scan for the next node resumes past the current.
+    while (c < row.n) {
+      if (parents_[size_t(c)] == node && tok[c] == argmax[row.logit_start + node]) node = c;
+      c++;
+    }
+    leaf[r] = node;
+  }
 }
 
 // Per row: the maximum, then Σ exp(x - max) with the vector exp (relative error ~2e-7), summed

@@ -9,6 +9,11 @@
 // in their stored dtype. Shapes in comments use the names below:
 //   T tokens in the step, K input features, N output features, H hidden size, D head dim,
 //   Hq query heads, Hkv key/value heads, R LoRA rank, S KV slots (blocks * block size).
+//
+// Memory: every data pointer an op takes is device memory (see Device below). Descriptor arrays
+// passed as `const X* items, int n` (MatmulJob, LoraSegment, LoraOutput, AttnRow, LeafRow,
+// CacheRegion) and the structs passed by reference are host memory, read during the call only;
+// the pointers inside them (weights, block tables, tree masks, outputs) are device memory.
 #pragma once
 
 #include <cstdint>
@@ -61,12 +66,13 @@ struct LoraOutput {
 
 // One sequence's share of an attention op. Its tokens are rows [tok_start, tok_start + n) of q
 // and out; their K/V were already stored at cache indices [cache_len, cache_len + n).
+// The same description serves kv_slots (where each new token's K/V goes).
 struct AttnRow {
   int32_t tok_start = 0;
   int32_t n = 0;                         // new tokens this step
   int32_t cache_len = 0;                 // committed entries before this step
-  const int32_t* block_table = nullptr;  // [ceil((cache_len + n) / block_size)] block ids
-  const uint8_t* tree_mask = nullptr;    // [n, n] 0/1, or null for causal
+  const int32_t* block_table = nullptr;  // device: [ceil((cache_len + n) / block_size)] block ids
+  const uint8_t* tree_mask = nullptr;    // device: [n, n] 0/1, or null for causal
 };
 
 struct AttnShape {
@@ -75,6 +81,17 @@ struct AttnShape {
   int32_t head_dim = 0;      // D
   int32_t block_size = 0;    // KV slots per block
   float scale = 1.0f;        // 1 / sqrt(D)
+  // Element type of the K/V caches (Device::kv_dtype): stored values are rounded to it (round to
+  // nearest even) by kv_store and widened to f32 when attention reads them.
+  DType kv_dtype = DType::F32;
+};
+
+// One step row's share of the greedy-leaf walk (Device::greedy_leaf).
+struct LeafRow {
+  int32_t tok_start = 0;               // first token of the row in the step
+  int32_t n = 0;                       // tokens of the row; 0: the row does not walk (leaf -1)
+  int32_t logit_start = 0;             // index of the row's first logits row (its argmax entry)
+  const uint8_t* tree_mask = nullptr;  // device: [n, n] 0/1, or null for a causal row (a chain)
 };
 
 // The op set. Every entry: a "Semantics:" pseudo-loop and the argument shapes.
@@ -107,7 +124,14 @@ class Device {
   virtual void synchronize() = 0;
   // True when ops may read host memory directly (the cpu device): weights mapped from a file are
   // then used in place, never copied. False (cuda): the model uploads them at load.
+  // A device that reads host memory also lets ops write it: the model then has the step's
+  // results written straight into the caller's arrays instead of downloading them.
   virtual bool reads_host_memory() const = 0;
+  // The element type the device keeps its KV caches in (AttnShape::kv_dtype): f32 on the cpu
+  // (fastest there), bf16/f16 on a GPU. The reference implements all three.
+  virtual DType kv_dtype() const { return DType::F32; }
+  // Threads: one thread steps the model (issuing ops and transfers) while an adapter-loading
+  // thread may call alloc, upload, release and synchronize at the same time.
 
   // ---- Ops ----
 
@@ -122,11 +146,23 @@ class Device {
   virtual void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps,
                        float* y, int64_t ldy) = 0;
 
+  // RoPE angle tables of a step, computed once and read by every layer's rope.
+  // Semantics: for t<T, i<half: a = f64(positions[t]) * inv_freq[i] (in double: positions can
+  //   be large); cos[t*half+i] = f32(cos(a)); sin[t*half+i] = f32(sin(a))
+  // positions [T] int32 (>= 0), inv_freq [half] f64 (scaling applied), cos, sin [T, half] f32
+  virtual void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                           float* sin) = 0;
+
   // Semantics (HF rotate_half): for t<T, h<heads, i<D/2: a = x[t,h,i], b = x[t,h,i+D/2];
   //   x[t,h,i] = a*cos[t,i] - b*sin[t,i]; x[t,h,i+D/2] = b*cos[t,i] + a*sin[t,i]
-  // x [T, ldx] holding heads*D values per token from column 0; cos, sin [T, D/2]
+  // x [T, ldx] holding heads*D values per token from column 0; cos, sin [T, D/2] (rope_tables)
   virtual void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos,
                     const float* sin) = 0;
+
+  // Semantics: for i<n, c<H: dst[i*H + c] = src[idx[i]*ld + c]
+  // src [*, ld], idx [n] row indices (already range-checked; may repeat), dst [n, H] (no overlap)
+  virtual void gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H,
+                           float* dst) = 0;
 
   // Semantics: for t<T, i<H: y[t*H+i] = table[ids[t], i]
   // ids [T] (already range-checked), table [V, H], y [T, H]
@@ -138,22 +174,37 @@ class Device {
   // Semantics: for i<n: y[i] += t[i] / (1 + exp(-t[i]))   (Medusa residual block)
   virtual void silu_residual(const float* t, int64_t n, float* y) = 0;
 
-  // Semantics: for t<T: kc[slot[t], :] = k[t, :]; vc[slot[t], :] = v[t, :]   (E = Hkv*D)
-  // k, v [T, ldk], slot [T], kc, vc [S, E]
-  virtual void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot,
-                        int64_t E, float* kc, float* vc) = 0;
+  // Each new token's cache slot, from its row's block table.
+  // Semantics: for r<nrows, i<rows[r].n: c = rows[r].cache_len + i;
+  //   slot[rows[r].tok_start + i] = rows[r].block_table[c / block_size] * block_size + c % block_size
+  // rows [nrows] (host descriptors; tree_mask unused), slot [T] int32
+  virtual void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) = 0;
 
-  // Semantics: for i<n: kc[to[i], :] = kc[from[i], :]; vc likewise (in order, all layers' caches
-  // are separate calls). from, to [n] slots, kc, vc [S, E]
-  virtual void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc,
-                       float* vc) = 0;
+  // Cache indices of one sequence to slots (the kv-copy lists of a step).
+  // Semantics: for i<n: slot[i] = block_table[idx[i] / block_size] * block_size + idx[i] % block_size
+  // block_table [ceil((max idx + 1) / block_size)], idx [n] (>= 0, checked), slot [n] int32
+  virtual void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
+                           int32_t* slot) = 0;
+
+  // Semantics: for t<T, e<E: kc[slot[t]*E + e] = kv(k[t*ldk + e]); vc likewise from v   (E = Hkv*D)
+  //   where kv() rounds f32 to kv_dtype (round to nearest even; identity for f32)
+  // k, v [T, ldk] f32, slot [T], kc, vc [S, E] in kv_dtype
+  virtual void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot,
+                        int64_t E, DType kv_dtype, void* kc, void* vc) = 0;
+
+  // Semantics: for i<n: kc[to[i], :] = kc[from[i], :]; vc likewise (in order: a later copy sees
+  // an earlier one's result; all layers' caches are separate calls).
+  // from, to [n] slots, kc, vc [S, E] in kv_dtype
+  virtual void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
+                       void* vc) = 0;
 
   // Semantics: for each row, token i, head h (g = h / (Hq/Hkv)), visible cache indices c
   //   (c < cache_len, or c = cache_len + j with tree_mask[i,j] / j <= i when causal):
   //   s_c = scale * dot(q[t,h,:], K[slot(c), g, :]); p = softmax(s); out[t,h,:] = Σ_c p_c V[slot(c), g, :]
-  //   where slot(c) = block_table[c / block_size] * block_size + c % block_size.
-  // q [T, ldq] (Hq*D from column 0), kc, vc [S, Hkv*D], out [T, Hq*D]
-  virtual void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows,
+  //   where slot(c) = block_table[c / block_size] * block_size + c % block_size, and K, V are
+  //   the caches widened from shape.kv_dtype to f32.
+  // q [T, ldq] (Hq*D from column 0), kc, vc [S, Hkv*D] in shape.kv_dtype, out [T, Hq*D]
+  virtual void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows,
                          int nrows, const AttnShape& shape, float* out) = 0;
 
   // A hint, no effect on any result: the next matmul may pull these bytes into cache while it
@@ -195,8 +246,22 @@ class Device {
   // normaliser, so logprob(i) = x[t*ld+i] - out[t]; -inf for a row of -inf, NaN if a NaN is in it)
   virtual void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) = 0;
 
-  // Semantics: for t<T: out[t] = argmax_i x[t*ld+i] (first maximum), i<V
+  // The engine's greedy choice per logits row: the first maximum, NaN never chosen.
+  // Semantics: for t<T: m = max over i<V of the non-NaN x[t*ld+i];
+  //   out[t] = (m > -inf) ? the smallest i with x[t*ld+i] == m : -1
+  // x [T, ld], out [T] int32
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;
+
+  // Where a greedy walk of each verification row's tree stops (Medusa greedy leaf): from node 0,
+  // move to the first child whose token is the current node's argmax, until none carries it.
+  // Semantics: for r<nrows: R = rows[r]; if R.n == 0: leaf[r] = -1, else
+  //   node = 0; loop { next = the smallest c in (node, R.n) with tokens[R.tok_start + c] ==
+  //     argmax[R.logit_start + node] and parent(c) == node; if none: break; node = next };
+  //   leaf[r] = node; where parent(c) = the largest j < c with R.tree_mask[c*R.n + j] != 0 (-1 if
+  //   none), or c - 1 when R.tree_mask is null.
+  // tokens [T], argmax [Σ logits rows] (argmax above), rows [nrows] (host), leaf [nrows] int32
+  virtual void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                           int32_t* leaf) = 0;
 
   // Semantics: for t<T, j<K: out[t*K + j] = the index of row t's j-th largest value, i<V, ties to
   // the lower index, NaN never chosen; -1 where the row has fewer than j+1 non-NaN values.

@@ -11,9 +11,9 @@
 namespace loom {
 
 struct LlamaModel::Layer {
-  WeightView q, k, v, o, gate, up, down;  // [out, in] each, stored dtype
-  std::vector<float> in_norm, post_norm;  // [H]
-  std::vector<float> bq, bk, bv;          // Qwen2 biases [out] (empty otherwise)
+  WeightView q, k, v, o, gate, up, down;   // [out, in] each, stored dtype, device-resident
+  DeviceBuffer<float> in_norm, post_norm;  // [H]
+  DeviceBuffer<float> bq, bk, bv;          // Qwen2 biases [out] (empty otherwise)
 };
 
 // One module's A and Bt in the model's dtype: f32 models keep f32 adapters (LoRA rows then match
@@ -23,20 +23,26 @@ struct LoraModuleSlot {
   int32_t rank = 0;  // 0: the adapter does not touch this module
   float scale = 0.0f;
   DType dtype = DType::F32;
-  std::vector<float> a, bt;        // f32: A [rank, in], Bt [rank, out] (B transposed)
-  std::vector<uint16_t> a16, bt16;  // bf16/f16: the same layouts
-  const void* a_data() const { return dtype == DType::F32 ? static_cast<const void*>(a.data()) : a16.data(); }
-  const void* bt_data() const { return dtype == DType::F32 ? static_cast<const void*>(bt.data()) : bt16.data(); }
+  DeviceBuffer<uint8_t> a, bt;  // A [rank, in], Bt [rank, out] (B transposed), in `dtype`
 };
 
 namespace {
 uint16_t to_half(DType dt, float v) { return dt == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
+
+// A host array into a fresh device buffer; the host bytes must stay valid until the caller's
+// synchronize.
+template <typename T>
+Status upload_new(Device* dev, const T* src, int64_t count, const char* what, DeviceBuffer<T>* out) {
+  LOOM_RETURN_IF_ERROR(out->allocate(dev, count, what));
+  dev->upload(out->data(), src, out->bytes());
+  return Status::Ok();
+}
 }  // namespace
 
 struct MedusaHeadSlot {
-  std::vector<std::vector<float>> w;  // numLayers × [H, H]
-  std::vector<std::vector<float>> b;  // numLayers × [H]
-  std::vector<float> lm_head;         // [V, H] or empty (use the base lm_head)
+  std::vector<DeviceBuffer<float>> w;  // numLayers × [H, H]
+  std::vector<DeviceBuffer<float>> b;  // numLayers × [H]
+  DeviceBuffer<float> lm_head;         // [V, H] or empty (use the base lm_head)
 };
 
 struct LlamaModel::Slot {
@@ -53,44 +59,52 @@ Status invalid(const std::string& msg) { return Status::Error("native_error", ms
 }  // namespace
 
 LlamaModel::LlamaModel(Device* device, ModelConfig config, RuntimeOptions options)
-    : dev_(device), cfg_(config), opt_(options) {}
+    : dev_(device), host_io_(device->reads_host_memory()), cfg_(config), opt_(options) {}
 
 LlamaModel::~LlamaModel() = default;
 
 // Map the safetensors files, bind every tensor the graph needs (checking its shape against the
-// config), precompute RoPE frequencies, then allocate the KV cache and the scratch arenas once.
+// config) and make it device-resident, precompute RoPE frequencies, then allocate the KV cache
+// and the scratch arenas once. On a device that reads host memory the mapped weights are used
+// in place (zero copies); otherwise each is uploaded in its stored dtype.
 Status LlamaModel::load(const std::vector<std::string>& files, std::vector<TensorDesc> tensors) {
   LOOM_RETURN_IF_ERROR(weights_.open(files, std::move(tensors)));
   const int64_t H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
   const int64_t QD = cfg_.heads * D, KD = cfg_.kv_heads * D;
+  std::vector<std::vector<float>> staging;  // host copies of the 1-D tensors until synchronize
   LOOM_RETURN_IF_ERROR(weights_.matrix("model.embed_tokens.weight", cfg_.vocab, H, &embed_));
-  if (cfg_.tie_embeddings || !weights_.has("lm_head.weight"))
+  LOOM_RETURN_IF_ERROR(make_resident(&embed_, "model.embed_tokens.weight"));
+  if (cfg_.tie_embeddings || !weights_.has("lm_head.weight")) {
     lm_head_ = embed_;
-  else
+  } else {
     LOOM_RETURN_IF_ERROR(weights_.matrix("lm_head.weight", cfg_.vocab, H, &lm_head_));
-  LOOM_RETURN_IF_ERROR(weights_.vector_f32("model.norm.weight", H, &final_norm_));
+    LOOM_RETURN_IF_ERROR(make_resident(&lm_head_, "lm_head.weight"));
+  }
+  LOOM_RETURN_IF_ERROR(device_vector("model.norm.weight", H, &final_norm_, &staging));
   layers_.resize(size_t(cfg_.layers));
   for (int64_t l = 0; l < cfg_.layers; l++) {
     Layer& L = layers_[size_t(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.q_proj.weight", QD, H, &L.q));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.k_proj.weight", KD, H, &L.k));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.v_proj.weight", KD, H, &L.v));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "self_attn.o_proj.weight", H, QD, &L.o));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.gate_proj.weight", I, H, &L.gate));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.up_proj.weight", I, H, &L.up));
-    LOOM_RETURN_IF_ERROR(weights_.matrix(p + "mlp.down_proj.weight", H, I, &L.down));
-    LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "input_layernorm.weight", H, &L.in_norm));
-    LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "post_attention_layernorm.weight", H, &L.post_norm));
+    const std::pair<const char*, WeightView*> mats[] = {
+        {"self_attn.q_proj.weight", &L.q}, {"self_attn.k_proj.weight", &L.k}, {"self_attn.v_proj.weight", &L.v},
+        {"self_attn.o_proj.weight", &L.o}, {"mlp.gate_proj.weight", &L.gate}, {"mlp.up_proj.weight", &L.up},
+        {"mlp.down_proj.weight", &L.down}};
+    const int64_t shapes[][2] = {{QD, H}, {KD, H}, {KD, H}, {H, QD}, {I, H}, {I, H}, {H, I}};
+    for (size_t m = 0; m < 7; m++) {
+      LOOM_RETURN_IF_ERROR(weights_.matrix(p + mats[m].first, shapes[m][0], shapes[m][1], mats[m].second));
+      LOOM_RETURN_IF_ERROR(make_resident(mats[m].second, p + mats[m].first));
+    }
+    LOOM_RETURN_IF_ERROR(device_vector(p + "input_layernorm.weight", H, &L.in_norm, &staging));
+    LOOM_RETURN_IF_ERROR(device_vector(p + "post_attention_layernorm.weight", H, &L.post_norm, &staging));
     if (cfg_.attention_bias) {
-      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.q_proj.bias", QD, &L.bq));
-      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.k_proj.bias", KD, &L.bk));
-      LOOM_RETURN_IF_ERROR(weights_.vector_f32(p + "self_attn.v_proj.bias", KD, &L.bv));
+      LOOM_RETURN_IF_ERROR(device_vector(p + "self_attn.q_proj.bias", QD, &L.bq, &staging));
+      LOOM_RETURN_IF_ERROR(device_vector(p + "self_attn.k_proj.bias", KD, &L.bk, &staging));
+      LOOM_RETURN_IF_ERROR(device_vector(p + "self_attn.v_proj.bias", KD, &L.bv, &staging));
     }
   }
 
   // RoPE inverse frequencies, with HF's llama3 / linear scaling applied (computed in double).
-  inv_freq_.resize(size_t(D / 2));
+  std::vector<double> inv_freq(size_t(D / 2));
   for (int64_t i = 0; i < D / 2; i++) {
     double f = 1.0 / std::pow(cfg_.rope_theta, double(2 * i) / double(D));
     if (cfg_.rope_scaling == RopeScaling::Linear) {
@@ -107,45 +121,77 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
         f = (1.0 - smooth) * f / cfg_.rope_factor + smooth * f;
       }
     }
-    inv_freq_[size_t(i)] = f;
+    inv_freq[size_t(i)] = f;
   }
 
-  // KV cache: per layer, K and V of S = blocks × block_size slots, each [Hkv * D] f32. Scratch:
-  // every per-token buffer of the forward pass, sized for max_batch_tokens.
+  LOOM_RETURN_IF_ERROR(upload_new(dev_, inv_freq.data(), D / 2, "RoPE frequencies", &inv_freq_));
+
+  // KV cache: per layer, K and V of S = blocks × block_size slots, each [Hkv * D] in the
+  // device's KV dtype, zeroed. Scratch: every per-token buffer of the forward pass, sized for
+  // max_batch_tokens.
+  kv_dtype_ = dev_->kv_dtype();
+  const int64_t S = int64_t(opt_.kv_blocks) * opt_.kv_block_size;
+  const int64_t T = opt_.max_batch_tokens;
+  kcache_.resize(size_t(cfg_.layers));
+  vcache_.resize(size_t(cfg_.layers));
+  Status st = Status::Ok();
+  for (int64_t l = 0; l < cfg_.layers && st.ok(); l++) {
+    st = kcache_[size_t(l)].allocate(dev_, S * KD * dtype_size(kv_dtype_), "the KV cache");
+    if (st.ok()) st = vcache_[size_t(l)].allocate(dev_, S * KD * dtype_size(kv_dtype_), "the KV cache");
+    if (st.ok()) kcache_[size_t(l)].zero(), vcache_[size_t(l)].zero();
+  }
+  const std::pair<DeviceBuffer<float>*, int64_t> arenas[] = {
+      {&x_, T * H}, {&xn_, T * std::max(H, QD)}, {&qkv_, T * (QD + 2 * KD)}, {&attn_, T * QD}, {&gate_, T * I},
+      {&up_, T * I}, {&act_, T * I}, {&lora_tmp_, T * 3 * std::max(1, opt_.max_lora_rank)},
+      {&cos_, T * (D / 2)}, {&sin_, T * (D / 2)}, {&head_x_, T * H}};
+  for (const auto& a : arenas)
+    if (st.ok()) st = a.first->allocate(dev_, a.second, "scratch");
+  if (st.ok()) st = kv_slots_.allocate(dev_, T, "scratch");
+  if (st.ok()) st = argmax_.allocate(dev_, T, "scratch");
+  if (!st.ok())
+    return Status::Error("model_invalid", "not enough " + std::string(dev_->name()) + " memory for the KV cache (" +
+                                              std::to_string(opt_.kv_blocks) + " blocks) and scratch for " +
+                                              std::to_string(opt_.max_batch_tokens) +
+                                              " tokens; lower kv_cache_tokens or max_batch_tokens (" + st.message + ")");
   try {
-    const size_t S = size_t(opt_.kv_blocks) * size_t(opt_.kv_block_size);
-    kcache_.assign(size_t(cfg_.layers), std::vector<float>(S * size_t(KD)));
-    vcache_.assign(size_t(cfg_.layers), std::vector<float>(S * size_t(KD)));
-    const size_t T = size_t(opt_.max_batch_tokens);
-    x_.resize(T * H);
-    xn_.resize(T * std::max(H, QD));
-    qkv_.resize(T * (QD + 2 * KD));
-    attn_.resize(T * QD);
-    gate_.resize(T * I);
-    up_.resize(T * I);
-    act_.resize(T * I);
-    lora_tmp_.resize(T * 3 * size_t(std::max(1, opt_.max_lora_rank)));
-    cos_.resize(T * D / 2);
-    sin_.resize(T * D / 2);
-    head_x_.resize(T * H);
-    kv_slots_.resize(T);
-    attn_rows_.reserve(T);
-    segs_.reserve(T * 6 + 16);
-    seg_module_.reserve(T * 3 + 8);
-    expand_segs_.reserve(T * 3 + 8);
+    attn_rows_.reserve(size_t(T));
+    leaf_rows_.reserve(size_t(T));
+    row_plans_.reserve(size_t(T));
+    segs_.reserve(size_t(T) * 6 + 16);
+    seg_module_.reserve(size_t(T) * 3 + 8);
+    expand_segs_.reserve(size_t(T) * 3 + 8);
   } catch (const std::bad_alloc&) {
-    return Status::Error("model_invalid", "not enough memory for the KV cache (" + std::to_string(opt_.kv_blocks) +
-                                              " blocks) and scratch for " + std::to_string(opt_.max_batch_tokens) +
-                                              " tokens; lower kv_cache_tokens or max_batch_tokens");
+    return Status::Error("model_invalid", "out of host memory for the step plans of " + std::to_string(T) + " tokens");
   }
   slots_.clear();
   for (int s = 0; s < opt_.adapter_slots; s++) slots_.push_back(std::make_unique<Slot>());
+  dev_->synchronize();  // the uploads above read `staging` and the mapped files
   return Status::Ok();
 }
 
+Status LlamaModel::make_resident(WeightView* w, const std::string& name) {
+  if (host_io_) return Status::Ok();
+  DeviceBuffer<uint8_t> buf;
+  const int64_t bytes = w->rows * w->cols * dtype_size(w->dtype);
+  LOOM_RETURN_IF_ERROR(buf.allocate(dev_, bytes, name.c_str()));
+  dev_->upload(buf.data(), w->data, bytes);
+  w->data = buf.data();
+  resident_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+Status LlamaModel::device_vector(const std::string& name, int64_t n, DeviceBuffer<float>* out,
+                                 std::vector<std::vector<float>>* staging) {
+  staging->emplace_back();
+  LOOM_RETURN_IF_ERROR(weights_.vector_f32(name, n, &staging->back()));
+  return upload_new(dev_, staging->back().data(), n, name.c_str(), out);
+}
+
 // Copy a LoRA adapter into a free slot: A as given ([r, in]) for the shrink, B transposed to
-// [r, out] so the expand is a row update (see lora-cpu.cc). The base weights are never touched;
-// the slot becomes visible to steps only once fully written (kind is stored last).
+// [r, out] so the expand is a row update (see lora-cpu.cc), converted to the model's dtype here
+// on the loading worker thread (never on the JS thread), then uploaded into the slot's device
+// buffers. The base weights are never touched; the slot becomes visible to steps only once
+// fully written (kind is stored last, after the uploads have landed).
 Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modules) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
@@ -155,66 +201,96 @@ Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modul
   // in/out features of each module, in LoraModule order.
   const int64_t in_f[kNumLoraModules] = {H, H, H, QD, H, H, I};
   const int64_t out_f[kNumLoraModules] = {QD, KD, KD, H, I, I, H};
+  const DType dt = dtype();
+  const int64_t esize = dtype_size(dt);
+  Status st = Status::Ok();
   try {
-    s.lora.assign(size_t(cfg_.layers), {});
+    s.lora.clear();
+    s.lora.resize(size_t(cfg_.layers));
+    std::vector<std::vector<uint8_t>> staging;  // each module's A and Bt in `dt` until the synchronize
+    staging.reserve(modules.size() * 2);
     for (const auto& m : modules) {
       if (m.layer < 0 || m.layer >= cfg_.layers || m.module < 0 || m.module >= kNumLoraModules || m.rank < 1 ||
-          m.rank > opt_.max_lora_rank)
-        return invalid("LoRA module (layer " + std::to_string(m.layer) + ", module " + std::to_string(m.module) +
-                       ", rank " + std::to_string(m.rank) + ") is out of range");
+          m.rank > opt_.max_lora_rank) {
+        st = invalid("LoRA module (layer " + std::to_string(m.layer) + ", module " + std::to_string(m.module) +
+                     ", rank " + std::to_string(m.rank) + ") is out of range");
+        break;
+      }
       LoraModuleSlot& dst = s.lora[size_t(m.layer)][size_t(m.module)];
       const int64_t in = in_f[m.module], out = out_f[m.module];
       dst.rank = m.rank;
       dst.scale = m.scale;
-      dst.dtype = dtype();
-      if (dst.dtype == DType::F32) {
-        dst.a.assign(m.a, m.a + m.rank * in);
-        dst.bt.resize(size_t(m.rank * out));
+      dst.dtype = dt;
+      std::vector<uint8_t>& a = staging.emplace_back(size_t(m.rank * in * esize));
+      std::vector<uint8_t>& bt = staging.emplace_back(size_t(m.rank * out * esize));
+      if (dt == DType::F32) {
+        std::memcpy(a.data(), m.a, a.size());
+        float* b32 = reinterpret_cast<float*>(bt.data());
         for (int64_t o = 0; o < out; o++)
-          for (int64_t r = 0; r < m.rank; r++) dst.bt[size_t(r * out + o)] = m.b[o * m.rank + r];
-      } else {  // converted here, on the loading worker thread, never on the JS thread
-        dst.a16.resize(size_t(m.rank * in));
-        for (int64_t i = 0; i < m.rank * in; i++) dst.a16[size_t(i)] = to_half(dst.dtype, m.a[i]);
-        dst.bt16.resize(size_t(m.rank * out));
+          for (int64_t r = 0; r < m.rank; r++) b32[r * out + o] = m.b[o * m.rank + r];
+      } else {
+        uint16_t* a16 = reinterpret_cast<uint16_t*>(a.data());
+        uint16_t* b16 = reinterpret_cast<uint16_t*>(bt.data());
+        for (int64_t i = 0; i < m.rank * in; i++) a16[i] = to_half(dt, m.a[i]);
         for (int64_t o = 0; o < out; o++)
-          for (int64_t r = 0; r < m.rank; r++) dst.bt16[size_t(r * out + o)] = to_half(dst.dtype, m.b[o * m.rank + r]);
+          for (int64_t r = 0; r < m.rank; r++) b16[r * out + o] = to_half(dt, m.b[o * m.rank + r]);
       }
+      st = upload_new(dev_, a.data(), int64_t(a.size()), "LoRA weights", &dst.a);
+      if (st.ok()) st = upload_new(dev_, bt.data(), int64_t(bt.size()), "LoRA weights", &dst.bt);
+      if (!st.ok()) break;
     }
+    dev_->synchronize();  // the uploads read `staging`
   } catch (const std::bad_alloc&) {
+    dev_->synchronize();
+    st = Status::Error("adapter_load_failed", "out of memory copying LoRA weights");
+  }
+  if (!st.ok()) {
     s.lora.clear();
-    return Status::Error("adapter_load_failed", "out of memory copying LoRA weights");
+    if (st.code == "model_invalid") st.code = "adapter_load_failed";  // out of device memory
+    return st;
   }
   s.kind.store(Slot::kLora);
   return Status::Ok();
 }
 
-// Copy Medusa heads into a free slot (f32, owned by the slot); version 2 heads have no lm_head
+// Upload Medusa heads into a free slot (f32, owned by the slot); version 2 heads have no lm_head
 // and reuse the base model's at step time.
 Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
   if (s.kind.load() != Slot::kFree) return invalid("adapter slot " + std::to_string(slot) + " is not free");
-  const size_t H = size_t(cfg_.hidden);
+  const int64_t H = cfg_.hidden;
+  Status st = Status::Ok();
   try {
-    s.medusa.assign(heads.size(), {});
+    s.medusa.clear();
+    s.medusa.resize(heads.size());
     s.medusa_layers = num_layers;
-    for (size_t h = 0; h < heads.size(); h++) {
-      for (int l = 0; l < num_layers; l++) {
-        s.medusa[h].w.emplace_back(heads[h].weights[size_t(l)], heads[h].weights[size_t(l)] + H * H);
-        s.medusa[h].b.emplace_back(heads[h].biases[size_t(l)], heads[h].biases[size_t(l)] + H);
+    for (size_t h = 0; h < heads.size() && st.ok(); h++) {
+      MedusaHeadSlot& dst = s.medusa[h];
+      dst.w.resize(size_t(num_layers));
+      dst.b.resize(size_t(num_layers));
+      for (int l = 0; l < num_layers && st.ok(); l++) {
+        st = upload_new(dev_, heads[h].weights[size_t(l)], H * H, "Medusa weights", &dst.w[size_t(l)]);
+        if (st.ok()) st = upload_new(dev_, heads[h].biases[size_t(l)], H, "Medusa weights", &dst.b[size_t(l)]);
       }
-      if (heads[h].lm_head) s.medusa[h].lm_head.assign(heads[h].lm_head, heads[h].lm_head + size_t(cfg_.vocab) * H);
+      if (st.ok() && heads[h].lm_head) st = upload_new(dev_, heads[h].lm_head, cfg_.vocab * H, "Medusa weights", &dst.lm_head);
     }
   } catch (const std::bad_alloc&) {
+    st = Status::Error("adapter_load_failed", "out of memory copying Medusa weights");
+  }
+  dev_->synchronize();  // the uploads read the caller's arrays
+  if (!st.ok()) {
     s.medusa.clear();
-    return Status::Error("adapter_load_failed", "out of memory copying Medusa weights");
+    if (st.code == "model_invalid") st.code = "adapter_load_failed";
+    return st;
   }
   s.kind.store(Slot::kMedusa);
   return Status::Ok();
 }
 
 // Free a slot. The engine guarantees no queued or running row references it, so its memory can
-// go immediately; swapping with empty vectors returns the memory rather than keeping capacity.
+// go immediately (release waits for queued ops that may still read it); swapping with empty
+// vectors returns the host memory rather than keeping capacity.
 Status LlamaModel::unload(int slot) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
@@ -335,13 +411,12 @@ void LlamaModel::lora_plan(int layer, const int* modules, int nmod) {
     for (int m = 0; m < nmod; m++) {
       const LoraModuleSlot& ms = mods[size_t(modules[m])];
       if (ms.rank == 0) continue;
-      segs_.push_back({run.tok_start, run.tok_count, ms.a_data(), ms.dtype, ms.rank, col, ms.scale});
-      expand_segs_.push_back({run.tok_start, run.tok_count, ms.bt_data(), ms.dtype, ms.rank, col, ms.scale});
+      segs_.push_back({run.tok_start, run.tok_count, ms.a.data(), ms.dtype, ms.rank, col, ms.scale});
+      expand_segs_.push_back({run.tok_start, run.tok_count, ms.bt.data(), ms.dtype, ms.rank, col, ms.scale});
       seg_module_.push_back(m);
       col += ms.rank;
-      const bool f32 = ms.dtype == DType::F32;
-      lora_regions_.push_back({ms.a_data(), int64_t(f32 ? ms.a.size() * 4 : ms.a16.size() * 2)});
-      lora_regions_.push_back({ms.bt_data(), int64_t(f32 ? ms.bt.size() * 4 : ms.bt16.size() * 2)});
+      lora_regions_.push_back({ms.a.data(), ms.a.bytes()});
+      lora_regions_.push_back({ms.bt.data(), ms.bt.bytes()});
     }
   }
   if (!lora_regions_.empty()) dev_->prefetch_in_next_matmul(lora_regions_.data(), int(lora_regions_.size()));
@@ -379,82 +454,156 @@ StepProfile LlamaModel::take_profile() {
   return {prof_steps_.exchange(0), prof_step_ns_.exchange(0), prof_lora_ns_.exchange(0)};
 }
 
-// Where a greedy walk of a verification row's tree stops: from token 0, move to the child whose
-// token is the current node's logits argmax (first maximum), until no child carries it. A node's
-// parent is its nearest ancestor in the tree mask (the previous token when the row is causal, a
-// chain). The engine's sample-and-match walk takes the same path for plain greedy rows, so the
-// heads only need to run at this one node. logits: the row's [n, V]; argmax: their first maxima
-// when the step already computed them (else null).
-int32_t LlamaModel::greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits,
-                                const int32_t* argmax) {
-  const int32_t n = row.n;
-  const int64_t V = cfg_.vocab;
-  if (!argmax) {  // the step was not asked for argmax: compute the row's own
-    leaf_argmax_.resize(size_t(n));
-    dev_->argmax(logits, n, V, V, leaf_argmax_.data());
-    argmax = leaf_argmax_.data();
+namespace {
+// Grow-only device buffers: allocate (at least doubling) only when a step needs more.
+template <typename T>
+Status grow(Device* dev, DeviceBuffer<T>* buf, int64_t n, const char* what) {
+  if (buf->size() >= n) return Status::Ok();
+  return buf->allocate(dev, std::max(n, buf->size() * 2), what);
+}
+}  // namespace
+
+template <typename T>
+Status LlamaModel::output(T* host, int64_t n, DeviceBuffer<T>* buf, const char* what, T** out) {
+  if (host_io_) {
+    *out = host;
+    return Status::Ok();
   }
-  auto parent = [&](int32_t c) {
-    if (!row.tree_mask) return c - 1;
-    for (int32_t j = c - 1; j >= 0; j--)
-      if (row.tree_mask[int64_t(c) * n + j]) return j;
-    return -1;
-  };
-  int32_t node = 0;
-  for (;;) {
-    int32_t next = -1;
-    for (int32_t c = node + 1; c < n && next < 0; c++)
-      if (tokens[row.tok_start + c] == argmax[node] && parent(c) == node) next = c;
-    if (next < 0) return node;
-    node = next;
+  LOOM_RETURN_IF_ERROR(grow(dev_, buf, n, what));
+  *out = buf->data();
+  return Status::Ok();
+}
+
+template <typename T>
+void LlamaModel::finish_output(T* host, int64_t n, const DeviceBuffer<T>& buf) {
+  if (!host_io_ && host != nullptr && n > 0) dev_->download(host, buf.data(), n * int64_t(sizeof(T)));
+}
+
+// The step's host inputs, packed into one int32 array and uploaded once: tokens [T], positions
+// [T], then per row its block table (the blocks its cache indices reach), its tree mask (bytes,
+// padded to whole int32s), then the absolute token rows of the logits [L], per Medusa row its
+// hidden-state rows [M] and head replication [M * heads] (each node index repeated per head),
+// and per kv copy its block table, from and to. Offsets go to row_plans_ / copy_plans_.
+Status LlamaModel::upload_step(const StepInput& in) {
+  const int64_t T = in.num_tokens, bs = opt_.kv_block_size;
+  int64_t n = 2 * T, nlog = 0;
+  row_plans_.assign(in.rows.size(), RowPlan{});
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    RowPlan& plan = row_plans_[r];
+    plan.block_table = n;
+    n += (int64_t(row.cache_len) + row.n + bs - 1) / bs;
+    if (row.tree_mask) {
+      plan.tree_mask = n;
+      n += (int64_t(row.n) * row.n + 3) / 4;
+    }
+    nlog += row.logit_count;
   }
+  step_logit_rows_ = n;
+  n += nlog;
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    if (row.medusa_count == 0 && !row.medusa_leaf) continue;
+    const int64_t M = row.medusa_leaf ? 1 : row.medusa_count;
+    if (!row.medusa_leaf) {
+      row_plans_[r].medusa_rows = n;
+      n += M;
+    }
+    row_plans_[r].replicate = n;
+    n += M * medusa_heads(row.medusa_slot);
+  }
+  copy_plans_.assign(in.copies.size(), CopyPlan{});
+  for (size_t c = 0; c < in.copies.size(); c++) {
+    copy_plans_[c] = {n, n + in.copies[c].num_blocks, n + in.copies[c].num_blocks + in.copies[c].count};
+    n += in.copies[c].num_blocks + 2 * int64_t(in.copies[c].count);
+  }
+  try {
+    host_step_.resize(size_t(n));
+  } catch (const std::bad_alloc&) {
+    return invalid("out of host memory packing a step of " + std::to_string(n) + " input values");
+  }
+  int32_t* h = host_step_.data();
+  step_tokens_ = 0;
+  step_positions_ = T;
+  std::memcpy(h, in.tokens, size_t(T) * 4);
+  std::memcpy(h + T, in.positions, size_t(T) * 4);
+  int32_t* logit_rows = h + step_logit_rows_;
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    const RowPlan& plan = row_plans_[r];
+    std::memcpy(h + plan.block_table, row.block_table, size_t((int64_t(row.cache_len) + row.n + bs - 1) / bs) * 4);
+    if (plan.tree_mask >= 0) std::memcpy(h + plan.tree_mask, row.tree_mask, size_t(row.n) * size_t(row.n));
+    for (int i = 0; i < row.logit_count; i++) *logit_rows++ = row.tok_start + row.logit_idx[i];
+    if (plan.medusa_rows >= 0)
+      for (int i = 0; i < row.medusa_count; i++) h[plan.medusa_rows + i] = row.tok_start + row.medusa_idx[i];
+    if (plan.replicate >= 0) {
+      const int64_t M = row.medusa_leaf ? 1 : row.medusa_count, NH = medusa_heads(row.medusa_slot);
+      for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < NH; k++) h[plan.replicate + i * NH + k] = int32_t(i);
+    }
+  }
+  for (size_t c = 0; c < in.copies.size(); c++) {
+    const KvCopyDesc& copy = in.copies[c];
+    std::memcpy(h + copy_plans_[c].block_table, copy.block_table, size_t(copy.num_blocks) * 4);
+    std::memcpy(h + copy_plans_[c].from, copy.from, size_t(copy.count) * 4);
+    std::memcpy(h + copy_plans_[c].to, copy.to, size_t(copy.count) * 4);
+  }
+  LOOM_RETURN_IF_ERROR(grow(dev_, &step_buf_, std::max<int64_t>(n, 1), "the step buffer"));
+  dev_->upload(step_buf_.data(), h, n * 4);
+  return Status::Ok();
 }
 
 Status LlamaModel::forward(const StepInput& in) {
-  LOOM_RETURN_IF_ERROR(validate(in));
+  LOOM_RETURN_IF_ERROR(validate(in));  // on the host inputs, before anything reaches the device
+  LOOM_RETURN_IF_ERROR(upload_step(in));
   const int64_t T = in.num_tokens, H = cfg_.hidden, I = cfg_.intermediate, D = cfg_.head_dim;
   const int64_t QD = cfg_.heads * D, KD = cfg_.kv_heads * D, W = QD + 2 * KD, V = cfg_.vocab;
-  const int64_t bs = opt_.kv_block_size;
+  const int bs = opt_.kv_block_size;
+  const int32_t* tokens = step_ints(step_tokens_);  // device copies of the step's inputs
 
-  // Cache moves first (Medusa compaction), in every layer.
-  for (const auto& c : in.copies) {
-    copy_from_.resize(size_t(c.count));
-    copy_to_.resize(size_t(c.count));
-    for (int i = 0; i < c.count; i++) {
-      copy_from_[size_t(i)] = c.block_table[c.from[i] / bs] * int32_t(bs) + c.from[i] % int32_t(bs);
-      copy_to_[size_t(i)] = c.block_table[c.to[i] / bs] * int32_t(bs) + c.to[i] % int32_t(bs);
+  // Cache moves first (Medusa compaction), in every layer: cache indices to slots on the device.
+  int64_t ncopy = 0;
+  for (const auto& c : in.copies) ncopy += c.count;
+  if (ncopy > 0) {
+    LOOM_RETURN_IF_ERROR(grow(dev_, &copy_slots_, 2 * ncopy, "the kv-copy slots"));
+    int32_t* from = copy_slots_.data();
+    for (size_t c = 0; c < in.copies.size(); c++) {
+      const int32_t count = in.copies[c].count;
+      const CopyPlan& plan = copy_plans_[c];
+      int32_t* to = from + count;
+      dev_->paged_slots(step_ints(plan.block_table), step_ints(plan.from), count, bs, from);
+      dev_->paged_slots(step_ints(plan.block_table), step_ints(plan.to), count, bs, to);
+      for (int64_t l = 0; l < cfg_.layers; l++)
+        dev_->kv_copy(from, to, count, KD, kv_dtype_, kcache_[size_t(l)].data(), vcache_[size_t(l)].data());
+      from = to + count;
     }
-    for (int64_t l = 0; l < cfg_.layers; l++)
-      dev_->kv_copy(copy_from_.data(), copy_to_.data(), c.count, KD, kcache_[size_t(l)].data(), vcache_[size_t(l)].data());
   }
-  if (T == 0) return Status::Ok();
+  if (T == 0) {
+    dev_->synchronize();
+    return Status::Ok();
+  }
 
-  // Per-token cache slots, attention rows, RoPE tables (angles in double: positions can be large).
+  // Per-token cache slots and the step's RoPE tables, on the device, once for every layer.
   attn_rows_.clear();
-  for (const auto& row : in.rows) {
-    for (int i = 0; i < row.n; i++) {
-      const int64_t c = int64_t(row.cache_len) + i;
-      kv_slots_[size_t(row.tok_start + i)] = int32_t(row.block_table[c / bs] * bs + c % bs);
-    }
-    attn_rows_.push_back({row.tok_start, row.n, row.cache_len, row.block_table, row.tree_mask});
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    const RowPlan& plan = row_plans_[r];
+    const uint8_t* mask =
+        plan.tree_mask >= 0 ? reinterpret_cast<const uint8_t*>(step_ints(plan.tree_mask)) : nullptr;
+    attn_rows_.push_back({row.tok_start, row.n, row.cache_len, step_ints(plan.block_table), mask});
   }
-  const int64_t half = D / 2;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t i = 0; i < half; i++) {
-      const double angle = double(in.positions[t]) * inv_freq_[size_t(i)];
-      cos_[size_t(t * half + i)] = float(std::cos(angle));
-      sin_[size_t(t * half + i)] = float(std::sin(angle));
-    }
+  dev_->kv_slots(attn_rows_.data(), int(attn_rows_.size()), bs, kv_slots_.data());
+  dev_->rope_tables(step_ints(step_positions_), T, inv_freq_.data(), D / 2, cos_.data(), sin_.data());
   plan_lora_runs(in);  // adapter runs are the same in every layer: compute them once
   const AttnShape shape{int32_t(cfg_.heads), int32_t(cfg_.kv_heads), int32_t(D), int32_t(bs),
-                        float(1.0 / std::sqrt(double(D)))};
+                        float(1.0 / std::sqrt(double(D))), kv_dtype_};
 
   // Activations live in arenas sized at load for max_batch_tokens; nothing below allocates.
   float* x = x_.data();      // [T, H] residual stream
   float* xn = xn_.data();    // [T, H] normed input of a block
   float* qkv = qkv_.data();  // [T, QD + 2 KD]: q | k | v
   // x = embed[tokens]                                          // [T, H]
-  dev_->embedding(in.tokens, T, embed_, x);
+  dev_->embedding(tokens, T, embed_, x);
 
   for (int64_t l = 0; l < cfg_.layers; l++) {
     const Layer& L = layers_[size_t(l)];
@@ -463,9 +612,8 @@ Status LlamaModel::forward(const StepInput& in) {
     dev_->rmsnorm(x, T, H, H, L.in_norm.data(), cfg_.rms_eps, xn, H);
     // q | k | v = xn · [Wq; Wk; Wv]ᵀ (+ Qwen2 biases), one pass over the three weights so the
     // thread pool splits their rows together.                // [T, QD + 2 KD]
-    const MatmulJob qkv_jobs[3] = {{L.q, L.bq.empty() ? nullptr : L.bq.data(), qkv, W},
-                                   {L.k, L.bk.empty() ? nullptr : L.bk.data(), qkv + QD, W},
-                                   {L.v, L.bv.empty() ? nullptr : L.bv.data(), qkv + QD + KD, W}};
+    const MatmulJob qkv_jobs[3] = {{L.q, L.bq.data(), qkv, W}, {L.k, L.bk.data(), qkv + QD, W},
+                                   {L.v, L.bv.data(), qkv + QD + KD, W}};  // data() is null without biases
     const int qkv_mods[3] = {kQ, kK, kV};
     lora_plan(int(l), qkv_mods, 3);
     dev_->matmul(xn, T, H, qkv_jobs, 3, false);
@@ -478,11 +626,11 @@ Status LlamaModel::forward(const StepInput& in) {
     // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
     dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
     dev_->rope(qkv + QD, T, W, int(cfg_.kv_heads), int(D), cos_.data(), sin_.data());
-    float* kc = kcache_[size_t(l)].data();
-    float* vc = vcache_[size_t(l)].data();
+    void* kc = kcache_[size_t(l)].data();
+    void* vc = vcache_[size_t(l)].data();
     // The new tokens' K and V go into their cache slots first, so attention reads committed
     // history and this step's tokens the same way (through the block table).
-    dev_->kv_store(qkv + QD, qkv + QD + KD, T, W, kv_slots_.data(), KD, kc, vc);
+    dev_->kv_store(qkv + QD, qkv + QD + KD, T, W, kv_slots_.data(), KD, kv_dtype_, kc, vc);
     // attn = softmax(q kᵀ / sqrt(D)) v per row, causal or tree-masked among new tokens  // [T, QD]
     dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
     // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]
@@ -524,33 +672,43 @@ Status LlamaModel::forward(const StepInput& in) {
 
   // LM head only on the requested rows: gather, final norm, project. [L, H] -> [L, V]
   int64_t nlog = 0;
-  for (const auto& row : in.rows)
-    for (int i = 0; i < row.logit_count; i++)
-      std::memcpy(head_x_.data() + (nlog++) * H, x + int64_t(row.tok_start + row.logit_idx[i]) * H, size_t(H) * 4);
+  bool leaf_rows = false;
+  for (const auto& row : in.rows) {
+    nlog += row.logit_count;
+    leaf_rows = leaf_rows || row.medusa_leaf;
+  }
+  float* logits = nullptr;
+  int32_t* argmax = argmax_.data();  // the step's argmax, wherever it is written
+  double* log_norms = nullptr;
+  LOOM_RETURN_IF_ERROR(output(in.logits, in.logits_len, &logits_, "logits", &logits));
+  if (in.argmax) LOOM_RETURN_IF_ERROR(output(in.argmax, nlog, &argmax_, "argmax", &argmax));
+  if (in.log_norms) LOOM_RETURN_IF_ERROR(output(in.log_norms, nlog, &log_norms_, "log norms", &log_norms));
+  float* head_x = head_x_.data();
   if (nlog > 0) {
-    dev_->rmsnorm(head_x_.data(), nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x_.data(), H);
-    const MatmulJob head{lm_head_, nullptr, in.logits, V};
-    dev_->matmul(head_x_.data(), nlog, H, &head, 1, false);
+    dev_->gather_rows(x, H, step_ints(step_logit_rows_), nlog, H, head_x);
+    dev_->rmsnorm(head_x, nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x, H);
+    const MatmulJob head{lm_head_, nullptr, logits, V};
+    dev_->matmul(head_x, nlog, H, &head, 1, false);
     // Each row's log-softmax normaliser, where it is cheap (vector exp) rather than in the engine.
-    if (in.log_norms) dev_->log_sum_exp(in.logits, nlog, V, V, in.log_norms);
-    if (in.argmax) {
-      // The engine's greedy choice: the first maximum, NaN never chosen, -1 when nothing beats
-      // -inf. The device's argmax agrees whenever the row's maximum is finite; otherwise rescan.
-      dev_->argmax(in.logits, nlog, V, V, in.argmax);
-      for (int64_t r = 0; r < nlog; r++) {
-        const float* row = in.logits + r * V;
-        const float best = row[in.argmax[r]];
-        if (std::isfinite(best) || best == std::numeric_limits<float>::infinity()) continue;
-        int32_t id = -1;
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < V; i++)
-          if (row[i] > max) {
-            max = row[i];
-            id = int32_t(i);
-          }
-        in.argmax[r] = id;
-      }
+    if (log_norms) dev_->log_sum_exp(logits, nlog, V, V, log_norms);
+    // The engine's greedy choice (first maximum, NaN never chosen, -1 when nothing beats -inf);
+    // the greedy-leaf walk reads it too.
+    if (in.argmax || leaf_rows) dev_->argmax(logits, nlog, V, V, argmax);
+  }
+
+  // Greedy leaf: where a greedy walk of each verification row's tree stops (LeafRow n = 0: the
+  // row does not walk, leaf -1); the heads of a greedy-leaf row run at that node only.
+  int32_t* leaves = nullptr;
+  if (in.medusa_leaves) {
+    LOOM_RETURN_IF_ERROR(output(in.medusa_leaves, int64_t(in.rows.size()), &leaves_, "Medusa leaves", &leaves));
+    leaf_rows_.clear();
+    int32_t logit_start = 0;
+    for (size_t r = 0; r < in.rows.size(); r++) {
+      const StepRowDesc& row = in.rows[r];
+      leaf_rows_.push_back({row.tok_start, row.medusa_leaf ? row.n : 0, logit_start, attn_rows_[r].tree_mask});
+      logit_start += row.logit_count;
     }
+    dev_->greedy_leaf(tokens, argmax, leaf_rows_.data(), int(leaf_rows_.size()), leaves);
   }
 
   // Medusa heads on the final-normed hidden states: x_h = x + SiLU(W_h x + b_h) per block, then
@@ -559,33 +717,25 @@ Status LlamaModel::forward(const StepInput& in) {
   // one matmul (same input), each residual one op over [M, NH, H], and heads that reuse the base
   // LM head (version 2) one LM-head matmul over all M·NH rows, which reads that matrix once and
   // writes the [M, NH, V] layout directly. Later blocks and own LM heads (version 1) go head by head.
-  float* out = in.medusa_logits;
-  int64_t logit_row = 0;  // the row's first logits row
+  float* medusa_out = nullptr;
+  LOOM_RETURN_IF_ERROR(output(in.medusa_logits, in.medusa_len, &medusa_logits_, "Medusa logits", &medusa_out));
+  float* out = medusa_out;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const auto& row = in.rows[r];
-    const int64_t first_logit = logit_row;
-    logit_row += row.logit_count;
-    int32_t leaf = -1;
-    if (row.medusa_leaf)
-      leaf = greedy_leaf(row, in.tokens, in.logits + first_logit * V, in.argmax ? in.argmax + first_logit : nullptr);
-    if (in.medusa_leaves) in.medusa_leaves[r] = leaf;
     if (row.medusa_count == 0 && !row.medusa_leaf) continue;
     const Slot& s = *slots_[size_t(row.medusa_slot)];
     const int64_t M = row.medusa_leaf ? 1 : row.medusa_count, NH = int64_t(s.medusa.size());
-    float* hidden = head_x_.data();  // [M, H]
-    for (int64_t i = 0; i < M; i++) {
-      const int32_t at = row.medusa_leaf ? leaf : row.medusa_idx[i];
-      std::memcpy(hidden + i * H, x + int64_t(row.tok_start + at) * H, size_t(H) * 4);
-    }
+    float* hidden = head_x;  // [M, H]: the rows' hidden states (the leaf's, for a greedy-leaf row)
+    if (row.medusa_leaf)
+      dev_->gather_rows(x + int64_t(row.tok_start) * H, H, leaves + r, 1, H, hidden);
+    else
+      dev_->gather_rows(x, H, step_ints(row_plans_[r].medusa_rows), M, H, hidden);
     dev_->rmsnorm(hidden, M, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
-    if (medusa_x_.size() < size_t(M * NH * H)) {
-      medusa_x_.resize(size_t(M * NH * H));
-      medusa_t_.resize(size_t(M * NH * H));
-    }
+    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_x_, M * NH * H, "Medusa activations"));
+    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_t_, M * NH * H, "Medusa activations"));
     float* xh = medusa_x_.data();  // [M, NH, H]: head h of row i at (i·NH + h)·H
     float* t = medusa_t_.data();   // [M, NH, H]: W x + b of the current block
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t h = 0; h < NH; h++) std::memcpy(xh + (i * NH + h) * H, hidden + i * H, size_t(H) * 4);
+    dev_->gather_rows(hidden, H, step_ints(row_plans_[r].replicate), M * NH, H, xh);
     for (int b = 0; b < s.medusa_layers; b++) {
       medusa_jobs_.clear();
       for (int64_t h = 0; h < NH; h++) {
@@ -615,8 +765,21 @@ Status LlamaModel::forward(const StepInput& in) {
     out += M * NH * V;
   }
   // Each head row's K best ids, what the engine's drafts take, where the logits are.
-  if (in.medusa_top_ids && in.medusa_top_ids_len > 0)
-    dev_->top_k(in.medusa_logits, in.medusa_top_ids_len / in.medusa_top_k, V, V, in.medusa_top_k, in.medusa_top_ids);
+  int32_t* top_ids = nullptr;
+  if (in.medusa_top_ids && in.medusa_top_ids_len > 0) {
+    LOOM_RETURN_IF_ERROR(output(in.medusa_top_ids, in.medusa_top_ids_len, &top_ids_, "Medusa top ids", &top_ids));
+    dev_->top_k(medusa_out, in.medusa_top_ids_len / in.medusa_top_k, V, V, in.medusa_top_k, top_ids);
+  }
+
+  // Results to the caller's arrays (nothing to move on a device that wrote them in place), then
+  // one wait for everything issued.
+  finish_output(in.logits, in.logits_len, logits_);
+  if (in.argmax) finish_output(in.argmax, nlog, argmax_);
+  finish_output(in.log_norms, in.log_norms ? nlog : 0, log_norms_);
+  finish_output(in.medusa_leaves, in.medusa_leaves ? int64_t(in.rows.size()) : 0, leaves_);
+  finish_output(in.medusa_logits, in.medusa_len, medusa_logits_);
+  finish_output(in.medusa_top_ids, in.medusa_top_ids ? in.medusa_top_ids_len : 0, top_ids_);
+  dev_->synchronize();
   return Status::Ok();
 }
 

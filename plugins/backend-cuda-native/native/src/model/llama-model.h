@@ -1,6 +1,8 @@
 // The decoder graph shared by Llama, Mistral and Qwen2 (RMSNorm, RoPE, GQA attention over a
 // paged KV cache, SwiGLU MLP, optional q/k/v biases), with per-row LoRA adapters and Medusa
-// heads. It calls only the Device interface in kernels/kernels.h.
+// heads. It calls only the Device interface in kernels/kernels.h: every buffer the forward pass
+// touches (weights, KV cache, scratch, adapter slots, the step's inputs) is the device's memory,
+// and the host only validates, packs the step's inputs for one upload and issues ops.
 #pragma once
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "runtime/device-buffer.h"
 #include "runtime/status.h"
 #include "runtime/weights.h"
 
@@ -129,9 +132,30 @@ class LlamaModel {
  private:
   struct Layer;
   struct Slot;
+  // Where one step row's inputs sit in the step buffer (element offsets, -1: none).
+  struct RowPlan {
+    int64_t block_table = 0, tree_mask = -1, medusa_rows = -1, replicate = -1;
+  };
+  struct CopyPlan {
+    int64_t block_table = 0, from = 0, to = 0;
+  };
   Status validate(const StepInput& in) const;
   Status forward(const StepInput& in);
-  int32_t greedy_leaf(const StepRowDesc& row, const int32_t* tokens, const float* logits, const int32_t* argmax);
+  // Pack the step's host inputs into host_step_ and upload them into step_buf_ (one upload).
+  Status upload_step(const StepInput& in);
+  const int32_t* step_ints(int64_t offset) const { return step_buf_.data() + offset; }
+  // Make a mapped weight device-resident (a no-op on a device that reads host memory).
+  Status make_resident(WeightView* w, const std::string& name);
+  // A 1-D tensor widened to f32 into device memory; `staging` keeps the host copy until the
+  // load's synchronize.
+  Status device_vector(const std::string& name, int64_t n, DeviceBuffer<float>* out,
+                       std::vector<std::vector<float>>* staging);
+  // Where an op writes one of the step's results: the caller's host array on a device that
+  // reads host memory, else `buf` (grown to n elements), downloaded by finish_output.
+  template <typename T>
+  Status output(T* host, int64_t n, DeviceBuffer<T>* buf, const char* what, T** out);
+  template <typename T>
+  void finish_output(T* host, int64_t n, const DeviceBuffer<T>& buf);
   // Runs of consecutive rows sharing one LoRA slot, computed once per step.
   struct LoraRun {
     int32_t tok_start, tok_count, slot;
@@ -142,23 +166,36 @@ class LlamaModel {
                  const int64_t* ns);
 
   Device* dev_;
+  bool host_io_ = false;  // dev_->reads_host_memory(): weights in place, results written in place
   ModelConfig cfg_;
   RuntimeOptions opt_;
   MappedWeights weights_;
+  std::vector<DeviceBuffer<uint8_t>> resident_;  // uploaded weights (devices that do not read host memory)
   WeightView embed_, lm_head_;
-  std::vector<float> final_norm_;
+  DeviceBuffer<float> final_norm_;
   std::vector<Layer> layers_;
-  std::vector<double> inv_freq_;  // [D/2] RoPE inverse frequencies after scaling
+  DeviceBuffer<double> inv_freq_;  // [D/2] RoPE inverse frequencies after scaling
   std::vector<std::unique_ptr<Slot>> slots_;
-  // KV cache: per layer K and V [blocks * block_size, Hkv * D] f32.
-  std::vector<std::vector<float>> kcache_, vcache_;
+  // KV cache: per layer K and V [blocks * block_size, Hkv * D] in kv_dtype_.
+  DType kv_dtype_ = DType::F32;
+  std::vector<DeviceBuffer<uint8_t>> kcache_, vcache_;
   // Scratch arenas, sized from max_batch_tokens at load so a step never allocates.
-  std::vector<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_;
-  std::vector<float> medusa_x_, medusa_t_;  // [M, heads, H] (grown at the first Medusa step)
+  DeviceBuffer<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_;
+  DeviceBuffer<int32_t> kv_slots_, argmax_;  // [T] each
+  // Grown on demand (grow-only): Medusa [M, heads, H] activations, the kv-copy slots, and the
+  // result buffers of a device that does not read host memory.
+  DeviceBuffer<float> medusa_x_, medusa_t_, logits_, medusa_logits_;
+  DeviceBuffer<int32_t> copy_slots_, leaves_, top_ids_;
+  DeviceBuffer<double> log_norms_;
+  // The step's inputs: packed on the host (grow-only), uploaded once per step.
+  std::vector<int32_t> host_step_;
+  DeviceBuffer<int32_t> step_buf_;
+  int64_t step_tokens_ = 0, step_positions_ = 0, step_logit_rows_ = 0;
+  std::vector<RowPlan> row_plans_;
+  std::vector<CopyPlan> copy_plans_;
   std::vector<MatmulJob> medusa_jobs_;
-  std::vector<int32_t> leaf_argmax_;  // greedy_leaf's per-node argmax
-  std::vector<int32_t> kv_slots_, copy_from_, copy_to_;
   std::vector<AttnRow> attn_rows_;
+  std::vector<LeafRow> leaf_rows_;
   std::vector<LoraRun> lora_runs_;
   std::vector<LoraSegment> segs_;
   std::vector<LoraSegment> expand_segs_;  // per shrink segment: the same run and module's Bt

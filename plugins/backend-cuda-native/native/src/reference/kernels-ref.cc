@@ -13,6 +13,15 @@
 namespace loom {
 namespace {
 
+// A KV cache element of `dt` widened to f32, and an f32 rounded into one (kv_store's kv()).
+float kv_load(const void* base, DType dt, int64_t i) { return load_weight(base, dt, i); }
+void kv_put(void* base, DType dt, int64_t i, float v) {
+  if (dt == DType::F32)
+    static_cast<float*>(base)[i] = v;
+  else
+    static_cast<uint16_t*>(base)[i] = dt == DType::BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+}
+
 class ReferenceDevice final : public Device {
  public:
   const char* name() const override { return "reference"; }
@@ -52,6 +61,34 @@ class ReferenceDevice final : public Device {
     }
   }
 
+  void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                   float* sin) override {
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t i = 0; i < half; i++) {
+        const double a = double(positions[t]) * inv_freq[i];
+        cos[t * half + i] = float(std::cos(a));
+        sin[t * half + i] = float(std::sin(a));
+      }
+  }
+
+  void gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) override {
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t c = 0; c < H; c++) dst[i * H + c] = src[int64_t(idx[i]) * ld + c];
+  }
+
+  void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) override {
+    for (int r = 0; r < nrows; r++)
+      for (int i = 0; i < rows[r].n; i++) {
+        const int64_t c = int64_t(rows[r].cache_len) + i;
+        slot[rows[r].tok_start + i] = int32_t(rows[r].block_table[c / block_size] * block_size + c % block_size);
+      }
+  }
+
+  void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
+                   int32_t* slot) override {
+    for (int64_t i = 0; i < n; i++) slot[i] = block_table[idx[i] / block_size] * block_size + idx[i] % block_size;
+  }
+
   void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override {
     const int half = D / 2;
     for (int64_t t = 0; t < T; t++)
@@ -79,24 +116,27 @@ class ReferenceDevice final : public Device {
     for (int64_t i = 0; i < n; i++) y[i] = float(y[i] + double(t[i]) / (1.0 + std::exp(-double(t[i]))));
   }
 
-  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, float* kc,
-                float* vc) override {
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
+                DType dt, void* kc, void* vc) override {
     for (int64_t t = 0; t < T; t++)
       for (int64_t e = 0; e < E; e++) {
-        kc[int64_t(slot[t]) * E + e] = k[t * ldk + e];
-        vc[int64_t(slot[t]) * E + e] = v[t * ldk + e];
+        kv_put(kc, dt, int64_t(slot[t]) * E + e, k[t * ldk + e]);
+        kv_put(vc, dt, int64_t(slot[t]) * E + e, v[t * ldk + e]);
       }
   }
 
-  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, float* kc, float* vc) override {
+  // Element by element through f32: exact for every kv dtype (widening then rounding back is
+  // the identity on representable values).
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType dt, void* kc,
+               void* vc) override {
     for (int64_t i = 0; i < n; i++)
       for (int64_t e = 0; e < E; e++) {
-        kc[int64_t(to[i]) * E + e] = kc[int64_t(from[i]) * E + e];
-        vc[int64_t(to[i]) * E + e] = vc[int64_t(from[i]) * E + e];
+        kv_put(kc, dt, int64_t(to[i]) * E + e, kv_load(kc, dt, int64_t(from[i]) * E + e));
+        kv_put(vc, dt, int64_t(to[i]) * E + e, kv_load(vc, dt, int64_t(from[i]) * E + e));
       }
   }
 
-  void attention(const float* q, int64_t ldq, const float* kc, const float* vc, const AttnRow* rows, int nrows,
+  void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
                  const AttnShape& s, float* out) override {
     const int D = s.head_dim, group = s.num_heads / s.num_kv_heads;
     const int64_t E = int64_t(s.num_kv_heads) * D;
@@ -116,7 +156,7 @@ class ReferenceDevice final : public Device {
             if (!seen[c]) continue;
             const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
             double dot = 0;
-            for (int d = 0; d < D; d++) dot += double(qv[d]) * kc[slot * E + int64_t(g) * D + d];
+            for (int d = 0; d < D; d++) dot += double(qv[d]) * kv_load(kc, s.kv_dtype, slot * E + int64_t(g) * D + d);
             score[c] = dot * s.scale;
             if (score[c] > mx) mx = score[c];
           }
@@ -129,7 +169,7 @@ class ReferenceDevice final : public Device {
             for (int c = 0; c < total; c++) {
               if (!seen[c]) continue;
               const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
-              acc += score[c] * vc[slot * E + int64_t(g) * D + d];
+              acc += score[c] * kv_load(vc, s.kv_dtype, slot * E + int64_t(g) * D + d);
             }
             o[d] = sum > 0 ? float(acc / sum) : 0.0f;
           }
@@ -160,12 +200,43 @@ class ReferenceDevice final : public Device {
         }
   }
 
+  // A strict > scan from -inf: NaN never compares greater, ties keep the first index.
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
     for (int64_t t = 0; t < T; t++) {
-      int64_t best = 0;
-      for (int64_t i = 1; i < V; i++)
-        if (x[t * ld + i] > x[t * ld + best]) best = i;
-      out[t] = int32_t(best);
+      int32_t best = -1;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < V; i++)
+        if (x[t * ld + i] > max) {
+          max = x[t * ld + i];
+          best = int32_t(i);
+        }
+      out[t] = best;
+    }
+  }
+
+  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                   int32_t* leaf) override {
+    for (int r = 0; r < nrows; r++) {
+      const LeafRow& R = rows[r];
+      if (R.n == 0) {
+        leaf[r] = -1;
+        continue;
+      }
+      auto parent = [&](int32_t c) {
+        if (!R.tree_mask) return c - 1;
+        for (int32_t j = c - 1; j >= 0; j--)
+          if (R.tree_mask[int64_t(c) * R.n + j]) return j;
+        return -1;
+      };
+      int32_t node = 0;
+      for (;;) {
+        int32_t next = -1;
+        for (int32_t c = node + 1; c < R.n && next < 0; c++)
+          if (tokens[R.tok_start + c] == argmax[R.logit_start + node] && parent(c) == node) next = c;
+        if (next < 0) break;
+        node = next;
+      }
+      leaf[r] = node;
     }
   }
 

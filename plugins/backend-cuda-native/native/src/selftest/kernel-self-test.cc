@@ -14,6 +14,8 @@
 #include <map>
 #include <vector>
 
+#include "runtime/device-buffer.h"
+
 namespace loom {
 namespace {
 
@@ -89,6 +91,30 @@ TestWeight make_weight(Rng& rng, DType dt, int64_t rows, int64_t cols, float sca
     for (size_t i = 0; i < w.f32.size(); i++) w.half[i] = dt == DType::BF16 ? f32_to_bf16(w.f32[i]) : f32_to_f16(w.f32[i]);
   }
   return w;
+}
+
+// Host arrays into the device's memory and back, so a test runs the same on a device whose
+// memory is not the host's. A failed allocation leaves an empty buffer (the test then fails).
+template <typename T>
+DeviceBuffer<T> put(Device* dev, const std::vector<T>& host) {
+  DeviceBuffer<T> buf;
+  if (buf.allocate(dev, std::max<int64_t>(1, int64_t(host.size())), "self-test").ok() && !host.empty())
+    dev->upload(buf.data(), host.data(), int64_t(host.size() * sizeof(T)));
+  return buf;
+}
+template <typename T>
+std::vector<T> get(Device* dev, const DeviceBuffer<T>& buf, size_t n) {
+  std::vector<T> host(n);
+  if (buf.data() != nullptr && n > 0) dev->download(host.data(), buf.data(), int64_t(n * sizeof(T)));
+  dev->synchronize();
+  return host;
+}
+// Integer results compared exactly, as floats (exact below 2^24).
+template <typename T>
+void compare_exact(Checker& ck, const std::string& family, const std::string& what, const std::vector<T>& a,
+                   const std::vector<T>& b) {
+  std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
+  ck.compare(family, what, fa.data(), fb.data(), fa.size(), 0, 0);
 }
 
 std::string dims(const char* op, std::initializer_list<std::pair<const char*, int64_t>> kv) {
@@ -186,14 +212,17 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
                b.data(), a.size(), 0, 0);
   }
   {
-    const int64_t T = 5, V = 49152;
+    const int64_t T = 6, V = 49152;
     auto x = randn(rng, size_t(T * V));
-    // Row 1: the maximum twice (the first wins); row 2: NaNs inside; row 3: NaN first (index 0,
-    // as the reference's scan); row 4: all -inf.
+    // Row 1: the maximum twice (the first wins); row 2: NaNs inside; row 3: NaN first (never
+    // chosen: the first maximum of the rest); row 4: all -inf (-1).
     x[size_t(V + 700)] = x[size_t(V + 40000)] = 50.0f;
     for (int64_t i = 3; i < V; i += 97) x[size_t(2 * V + i)] = std::numeric_limits<float>::quiet_NaN();
     x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 0; i < V; i++) x[size_t(4 * V + i)] = -std::numeric_limits<float>::infinity();
+    // Row 5: -inf and NaN only (-1).
+    for (int64_t i = 0; i < V; i++)
+      x[size_t(5 * V + i)] = i % 3 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
     std::vector<int32_t> a(T), b(T);
     dev->argmax(x.data(), T, V, V, a.data());
     ref->argmax(x.data(), T, V, V, b.data());
@@ -283,7 +312,7 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         const int64_t ldq = int64_t(hs.hq) * hs.d + int64_t(2 * E);
         auto q = randn(rng, size_t(T * ldq), 2.0f);
         std::vector<float> a(size_t(T) * hs.hq * hs.d), b(a.size());
-        const AttnShape shape{hs.hq, hs.hkv, hs.d, bs, float(1.0 / std::sqrt(double(hs.d)))};
+        const AttnShape shape{hs.hq, hs.hkv, hs.d, bs, float(1.0 / std::sqrt(double(hs.d))), DType::F32};
         dev->attention(q.data(), ldq, kc.data(), vc.data(), rows.data(), nrows, shape, a.data());
         ref->attention(q.data(), ldq, kc.data(), vc.data(), rows.data(), nrows, shape, b.data());
         ck.compare("attention",
@@ -442,12 +471,240 @@ void test_cache(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
   auto kc0 = randn(rng, size_t(S * E)), vc0 = randn(rng, size_t(S * E));
   auto kc1 = kc0, vc1 = vc0;
-  dev->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, kc0.data(), vc0.data());
-  ref->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, kc1.data(), vc1.data());
-  dev->kv_copy(from.data(), to.data(), 6, E, kc0.data(), vc0.data());
-  ref->kv_copy(from.data(), to.data(), 6, E, kc1.data(), vc1.data());
+  dev->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, DType::F32, kc0.data(), vc0.data());
+  ref->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, DType::F32, kc1.data(), vc1.data());
+  dev->kv_copy(from.data(), to.data(), 6, E, DType::F32, kc0.data(), vc0.data());
+  ref->kv_copy(from.data(), to.data(), 6, E, DType::F32, kc1.data(), vc1.data());
   ck.compare("kv_cache", "kv_store+kv_copy K", kc0.data(), kc1.data(), kc0.size(), 0, 0);
   ck.compare("kv_cache", "kv_store+kv_copy V", vc0.data(), vc1.data(), vc0.size(), 0, 0);
+}
+
+
+// RoPE inverse frequencies of a real config: theta^(-2i/D), optionally divided by a linear factor.
+std::vector<double> inv_freqs(int D, double theta, double factor) {
+  std::vector<double> f(size_t(D / 2));
+  for (int i = 0; i < D / 2; i++) f[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(D)) / factor;
+  return f;
+}
+
+// The per-step ops the model once ran on the host, in device memory: rope_tables (positions up to
+// 10^6, thetas of SmolLM2/Llama-3, linear scaling), gather_rows (logits rows; Medusa rows
+// replicated per head, so indices repeat), kv_slots over shuffled block tables (decode rows,
+// prefill chunks with history, block sizes 16, 32 and 5) and paged_slots (kv-copy lists).
+void test_step_ops(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  for (int D : {64, 128, 80})
+    for (int64_t T : {1, 9, 133}) {
+      const double theta = rng.pick({10000.0, 500000.0}), factor = rng.pick({1.0, 8.0});
+      const std::vector<double> f = inv_freqs(D, theta, factor);
+      std::vector<int32_t> pos(static_cast<size_t>(T));
+      for (auto& p : pos) p = rng.range(0, 3) == 0 ? rng.range(0, 1000000) : rng.range(0, 4096);
+      const int64_t half = D / 2;
+      const std::vector<float> none(size_t(T * half));
+      std::vector<float> tab[2][2];  // [device, reference][cos, sin]
+      Device* devs[2] = {dev, ref};
+      for (int d = 0; d < 2; d++) {
+        auto p = put(devs[d], pos);
+        auto fr = put(devs[d], f);
+        auto c = put(devs[d], none), s = put(devs[d], none);
+        devs[d]->rope_tables(p.data(), T, fr.data(), half, c.data(), s.data());
+        tab[d][0] = get(devs[d], c, none.size());
+        tab[d][1] = get(devs[d], s, none.size());
+      }
+      for (int k = 0; k < 2; k++)
+        ck.compare("rope_tables", dims(k ? "rope_tables sin" : "rope_tables cos", {{"T", T}, {"D", D}, {"theta", int64_t(theta)}}),
+                   tab[0][k].data(), tab[1][k].data(), none.size(), 1e-6, 0);
+    }
+  for (int64_t H : {576, 2048})
+    for (int64_t n : {1, 4, 33}) {
+      const int64_t rows = 70, ld = H + 7;
+      const auto src = randn(rng, size_t(rows * ld));
+      std::vector<int32_t> idx(static_cast<size_t>(n));
+      for (auto& i : idx) i = rng.range(0, int(rows) - 1);
+      if (n > 2) idx[1] = idx[0];  // a Medusa row's hidden state, once per head
+      std::vector<float> out[2];
+      Device* devs[2] = {dev, ref};
+      for (int d = 0; d < 2; d++) {
+        auto sb = put(devs[d], src);
+        auto ib = put(devs[d], idx);
+        auto ob = put(devs[d], std::vector<float>(size_t(n * H)));
+        devs[d]->gather_rows(sb.data(), ld, ib.data(), n, H, ob.data());
+        out[d] = get(devs[d], ob, size_t(n * H));
+      }
+      ck.compare("gather_rows", dims("gather_rows", {{"n", n}, {"H", H}, {"ld", ld}}), out[0].data(), out[1].data(),
+                 out[0].size(), 0, 0);
+    }
+  for (int bs : {16, 32, 5})
+    for (int nrows : {1, 7, 133}) {
+      const int blocks = 4096;
+      std::vector<int32_t> perm(blocks);
+      for (int i = 0; i < blocks; i++) perm[size_t(i)] = i;
+      for (int i = blocks - 1; i > 0; i--) std::swap(perm[size_t(i)], perm[size_t(rng.range(0, i))]);
+      struct RowSpec {
+        int tok_start, n, cache_len, table;
+      };
+      std::vector<RowSpec> specs;
+      int T = 0, next = 0;
+      for (int r = 0; r < nrows; r++) {
+        const int n = rng.range(0, 2) ? 1 : rng.range(2, 40), cache_len = rng.range(0, 1) ? rng.range(0, 300) : 0;
+        specs.push_back({T, n, cache_len, next});
+        next += (cache_len + n + bs - 1) / bs;
+        T += n;
+      }
+      // kv-copy lists over the first row's table: indices inside it, repeats allowed.
+      const int copies = 17, reach = specs[0].cache_len + specs[0].n;
+      std::vector<int32_t> cidx(copies);
+      for (auto& c : cidx) c = rng.range(0, reach - 1);
+      std::vector<int32_t> slots[2], cslots[2];
+      Device* devs[2] = {dev, ref};
+      for (int d = 0; d < 2; d++) {
+        auto tables = put(devs[d], perm);
+        auto ci = put(devs[d], cidx);
+        std::vector<AttnRow> rows;
+        for (const RowSpec& sp : specs) rows.push_back({sp.tok_start, sp.n, sp.cache_len, tables.data() + sp.table, nullptr});
+        auto sb = put(devs[d], std::vector<int32_t>(size_t(T), -7));
+        auto cb = put(devs[d], std::vector<int32_t>(size_t(copies), -7));
+        devs[d]->kv_slots(rows.data(), nrows, bs, sb.data());
+        devs[d]->paged_slots(tables.data(), ci.data(), copies, bs, cb.data());
+        slots[d] = get(devs[d], sb, size_t(T));
+        cslots[d] = get(devs[d], cb, size_t(copies));
+      }
+      compare_exact(ck, "kv_slots", dims("kv_slots", {{"rows", nrows}, {"T", T}, {"bs", bs}}), slots[0], slots[1]);
+      compare_exact(ck, "kv_slots", dims("paged_slots", {{"n", copies}, {"bs", bs}}), cslots[0], cslots[1]);
+    }
+}
+
+// greedy_leaf over Medusa-shaped trees (each node's parent an earlier node, the mask its
+// ancestors and itself), chains without a mask, and rows that do not walk (n = 0). Tokens come
+// from a small vocabulary and each node's argmax is one of its children's tokens most of the
+// time, so walks go deep, stop early, and meet sibling ties (the first child wins).
+void test_greedy_leaf(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  for (int nrows : {1, 4, 33}) {
+    std::vector<int32_t> tokens, argmax;
+    std::vector<uint8_t> masks;
+    struct RowSpec {
+      int tok_start, n, logit_start;
+      int64_t mask;  // byte offset in masks, -1: causal
+    };
+    std::vector<RowSpec> specs;
+    for (int r = 0; r < nrows; r++) {
+      const int kind = rng.range(0, 3);  // 0: no walk, 1: chain, 2-3: tree
+      const int n = kind == 0 ? rng.range(1, 4) : rng.range(1, 64);
+      const int tok_start = int(tokens.size()), logit_start = int(argmax.size());
+      std::vector<int> parent(size_t(n), -1);
+      for (int c = 1; c < n; c++) parent[size_t(c)] = kind == 1 ? c - 1 : rng.range(0, c - 1);
+      for (int c = 0; c < n; c++) tokens.push_back(rng.range(0, 5));
+      for (int c = 0; c < n; c++) {
+        std::vector<int> kids;
+        for (int k = c + 1; k < n; k++)
+          if (parent[size_t(k)] == c) kids.push_back(k);
+        const bool follow = !kids.empty() && rng.range(0, 9) < 7;
+        argmax.push_back(follow ? tokens[size_t(tok_start + kids[size_t(rng.range(0, int(kids.size()) - 1))])]
+                                : rng.range(-1, 5));
+      }
+      int64_t mask = -1;
+      if (kind >= 2) {
+        mask = int64_t(masks.size());
+        masks.resize(masks.size() + size_t(n) * size_t(n), 0);
+        for (int c = 0; c < n; c++)
+          for (int a = c; a >= 0; a = parent[size_t(a)]) masks[size_t(mask + int64_t(c) * n + a)] = 1;
+      }
+      specs.push_back({tok_start, kind == 0 ? 0 : n, logit_start, mask});
+    }
+    std::vector<int32_t> leaf[2];
+    Device* devs[2] = {dev, ref};
+    for (int d = 0; d < 2; d++) {
+      auto tb = put(devs[d], tokens);
+      auto ab = put(devs[d], argmax);
+      auto mb = put(devs[d], masks);
+      auto lb = put(devs[d], std::vector<int32_t>(size_t(nrows), -7));
+      std::vector<LeafRow> rows;
+      for (const RowSpec& sp : specs)
+        rows.push_back({sp.tok_start, sp.n, sp.logit_start, sp.mask < 0 ? nullptr : mb.data() + sp.mask});
+      devs[d]->greedy_leaf(tb.data(), ab.data(), rows.data(), nrows, lb.data());
+      leaf[d] = get(devs[d], lb, size_t(nrows));
+    }
+    compare_exact(ck, "greedy_leaf", dims("greedy_leaf", {{"rows", nrows}, {"T", int64_t(tokens.size())}}), leaf[0], leaf[1]);
+  }
+}
+
+// KV caches in each dtype. The reference's 16-bit paths against its f32 path: kv_store rounds
+// (bf16/f16 of the f32 value, exactly), kv_copy moves elements exactly, and attention over a
+// 16-bit cache equals attention over an f32 cache holding the same rounded values. Then the
+// device in its own kv_dtype (f32 on the cpu) against the reference in that dtype.
+void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  const int hq = 9, hkv = 3, D = 64, bs = 16, blocks = 40;
+  const int64_t E = int64_t(hkv) * D, S = int64_t(blocks) * bs;
+  auto round_to = [](DType dt, float v) {
+    return dt == DType::F32 ? v : dt == DType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : f16_to_f32(f32_to_f16(v));
+  };
+  // One sequence of 70 cached tokens (stored by kv_store) and a decode row plus a 5-token chunk.
+  const int cached = 70, T = cached;
+  const auto k = randn(rng, size_t(T) * 2 * E, 2.0f);
+  std::vector<int32_t> table(static_cast<size_t>(blocks)), slot(static_cast<size_t>(T));
+  for (int b = 0; b < blocks; b++) table[size_t(b)] = (b * 7) % blocks;
+  for (int t = 0; t < T; t++) slot[size_t(t)] = table[size_t(t / bs)] * bs + t % bs;
+  const std::vector<int32_t> from = {3, 9, 3, 60}, to = {64, 65, 9, 66};  // 9 is written, then read
+  const auto q = randn(rng, size_t(6) * hq * D, 2.0f);
+  std::vector<AttnRow> rows = {{0, 1, 66, nullptr, nullptr}, {1, 5, 61, nullptr, nullptr}};
+  // Fill both caches from `cache` (raw bytes in dt, K = V) or by kv_store + kv_copy, run
+  // attention, and return it with the K cache widened to f32.
+  auto run = [&](Device* d, DType dt, const void* cache, std::vector<float>* kc_out, std::vector<float>* attn) {
+    const int64_t bytes = S * E * dtype_size(dt);
+    DeviceBuffer<uint8_t> kc, vc;
+    (void)kc.allocate(d, bytes, "self-test");
+    (void)vc.allocate(d, bytes, "self-test");
+    kc.zero();
+    vc.zero();
+    auto kb = put(d, k);
+    auto sb = put(d, slot), fb = put(d, from), tb = put(d, to), tab = put(d, table);
+    auto qb = put(d, q);
+    if (cache) {
+      d->upload(kc.data(), cache, bytes);
+      d->upload(vc.data(), cache, bytes);
+    } else {
+      d->kv_store(kb.data(), kb.data() + E, T, 2 * E, sb.data(), E, dt, kc.data(), vc.data());
+      d->kv_copy(fb.data(), tb.data(), int64_t(from.size()), E, dt, kc.data(), vc.data());
+    }
+    std::vector<AttnRow> r = rows;
+    for (auto& row : r) row.block_table = tab.data();
+    auto ob = put(d, std::vector<float>(size_t(6) * hq * D));
+    const AttnShape shape{hq, hkv, D, bs, 0.125f, dt};
+    d->attention(qb.data(), int64_t(hq) * D, kc.data(), vc.data(), r.data(), int(r.size()), shape, ob.data());
+    *attn = get(d, ob, size_t(6) * hq * D);
+    // The K cache widened to f32 (the reference's kv_load rule), for the exact checks.
+    std::vector<uint8_t> raw(static_cast<size_t>(bytes));
+    d->download(raw.data(), kc.data(), bytes);
+    d->synchronize();
+    kc_out->resize(size_t(S * E));
+    for (int64_t i = 0; i < S * E; i++) (*kc_out)[size_t(i)] = load_weight(raw.data(), dt, i);
+  };
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::vector<float> kc16, attn16, attn32;
+    run(ref, dt, nullptr, &kc16, &attn16);
+    std::vector<float> expect(size_t(S * E), 0.0f);  // kv_store then kv_copy, by hand, rounded
+    for (int t = 0; t < T; t++)
+      for (int64_t e = 0; e < E; e++) expect[size_t(slot[size_t(t)] * E + e)] = round_to(dt, k[size_t(t * 2 * E + e)]);
+    for (size_t i = 0; i < from.size(); i++)
+      for (int64_t e = 0; e < E; e++) expect[size_t(to[i] * E + e)] = expect[size_t(from[i] * E + e)];
+    ck.compare("kv_dtype", std::string("reference kv_store+kv_copy ") + dtype_name(dt), kc16.data(), expect.data(),
+               expect.size(), 0, 0);
+    // attention over the 16-bit cache == over an f32 cache of the same values (K = V here).
+    std::vector<uint16_t> half(kc16.size());
+    for (size_t i = 0; i < half.size(); i++) half[i] = dt == DType::BF16 ? f32_to_bf16(kc16[i]) : f32_to_f16(kc16[i]);
+    std::vector<float> unused, attn16_same;
+    run(ref, dt, half.data(), &unused, &attn16_same);
+    run(ref, DType::F32, kc16.data(), &unused, &attn32);
+    ck.compare("kv_dtype", std::string("reference attention ") + dtype_name(dt) + " vs f32 of the same values",
+               attn16_same.data(), attn32.data(), attn32.size(), 1e-6, 1e-6);
+  }
+  // The device in the dtype it keeps its caches in, against the reference.
+  const DType dt = dev->kv_dtype();
+  std::vector<float> kc_a, at_a, kc_b, at_b;
+  run(dev, dt, nullptr, &kc_a, &at_a);
+  run(ref, dt, nullptr, &kc_b, &at_b);
+  ck.compare("kv_dtype", std::string("kv_store+kv_copy ") + dtype_name(dt), kc_a.data(), kc_b.data(), kc_a.size(), 0, 0);
+  ck.compare("kv_dtype", std::string("attention kv ") + dtype_name(dt), at_a.data(), at_b.data(), at_a.size(), 1e-5,
+             1e-4);
 }
 
 }  // namespace
@@ -463,6 +720,9 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_lora(device, ref, rng, ck);
   test_lora_apply(device, ref, rng, ck);
   test_cache(device, ref, rng, ck);
+  test_step_ops(device, ref, rng, ck);
+  test_greedy_leaf(device, ref, rng, ck);
+  test_kv_dtypes(device, ref, rng, ck);
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
   return res;
 }
