@@ -1,5 +1,5 @@
 import type { AdapterHandle, LocalAdapter } from './adapter.ts'
-import type { TokenConstraint } from './grammar.ts'
+import type { ResponseFormat, TokenConstraint } from './grammar.ts'
 import type { SamplingParams, TokenLogprob } from './sampling.ts'
 
 /** What a backend can do; the core validates requests against it before they are submitted. */
@@ -42,6 +42,12 @@ export interface BackendRequest {
   readonly speculator: AdapterHandle | null
   /** Optional structured-output constraint, owned by this request. */
   readonly constraint: TokenConstraint | null
+  /**
+   * The same constraint as data: the validated `response_format` it was compiled from (absent or null
+   * without one). A backend that applies grammars itself (TensorRT-LLM's guided decoding) compiles
+   * this and leaves `constraint` unused.
+   */
+  readonly responseFormat?: ResponseFormat | null
   /** How many alternatives per generated token to report (0: none). */
   readonly topLogprobs: number
   /** Whether to report a logprob for every prompt token (`decoder_input_details`, `echo` + `logprobs`). */

@@ -170,6 +170,7 @@ export class GenerationService {
       adapter,
       speculator,
       constraint,
+      responseFormat: request.responseFormat,
       topLogprobs: request.topLogprobs,
       prefillLogprobs: request.prefillLogprobs,
       signal,
