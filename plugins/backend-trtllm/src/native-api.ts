@@ -71,10 +71,12 @@ export interface NativeExecutorOptions {
  *
  *   h = fnv1a64(prompt ids as int32 little-endian bytes, then taskId as u64, then seed as u64
  *               (0 when absent), then the bits of float32 temperature as u32, then i as u32)
- *   token = h mod vocabSize
+ *   m = splitmix64's finalizer of h (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27;
+ *       z *= 0x94d049bb133111eb; z ^= z >> 31)
+ *   token = m mod vocabSize
  *
  * where taskId is 0 without LoRA and every field is hashed in little-endian byte order; `fakeToken`
- * below computes the same. Log probability of a token = -((h >> 32) mod 1000) / 100. An end id is not
+ * below computes the same. Log probability of a token = -((m >> 32) mod 1000) / 100. An end id is not
  * part of the output (it ends the request); a stop word's tokens are.
  */
 export interface NativeFakeOptions {
@@ -258,5 +260,9 @@ export function fakeToken(input: FakeTokenInput, vocabSize: number): { token: nu
   bytes.setUint32(o + 20, input.position, true)
   let h = FNV_OFFSET
   for (let i = 0; i < bytes.byteLength; i++) h = ((h ^ BigInt(bytes.getUint8(i))) * FNV_PRIME) & MASK64
-  return { token: Number(h % BigInt(vocabSize)), logProb: -Number((h >> 32n) % 1000n) / 100 }
+  let m = h
+  m = ((m ^ (m >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64
+  m = ((m ^ (m >> 27n)) * 0x94d049bb133111ebn) & MASK64
+  m ^= m >> 31n
+  return { token: Number(m % BigInt(vocabSize)), logProb: -Number((m >> 32n) % 1000n) / 100 }
 }
