@@ -127,6 +127,18 @@ export const StructuredOutputSchema = z
   })
   .prefault({})
 
+/** What `/metrics` exports beside Loom's own `loom_*` series. */
+export const MetricsSchema = z
+  .strictObject({
+    /**
+     * The series the Gateway API Inference Extension's endpoint picker reads, in vLLM's spelling
+     * (`vllm:num_requests_waiting`, `vllm:num_requests_running`, `vllm:kv_cache_usage_perc`,
+     * `vllm:gpu_cache_usage_perc`, `vllm:lora_requests_info`).
+     */
+    inference_gateway: z.boolean().default(true),
+  })
+  .prefault({})
+
 export const PluginEntrySchema = z.strictObject({
   /** A workspace package, an installed npm package, or a path relative to the config file. */
   use: z.string().min(1),
@@ -141,6 +153,7 @@ export const ConfigSchema = z.strictObject({
   adapters: AdaptersSchema,
   speculation: SpeculationSchema,
   structured_output: StructuredOutputSchema,
+  metrics: MetricsSchema,
   plugins: z.array(PluginEntrySchema).min(1),
 })
 

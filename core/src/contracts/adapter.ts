@@ -55,6 +55,12 @@ export interface LocalAdapter {
 export interface AdapterHandle {
   /** Stable key of the adapter's content: `${source}:${id}@${revision}` (or a merge key). */
   readonly key: string
+  /**
+   * The adapter's public name: the id its source resolved it to (what `/v1/models` lists and a
+   * client sends as `model`), or the merge key of a merged adapter. Reported, never parsed:
+   * `vllm:lora_requests_info` names running and waiting adapters by it.
+   */
+  readonly id: string
   readonly kind: AdapterKind
   /** LoRA rank (max over modules) or Medusa head count. */
   readonly size: number

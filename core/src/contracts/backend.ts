@@ -15,6 +15,11 @@ export interface BackendCapabilities {
   readonly vocabSize: number
   /** Largest LoRA rank the backend can load; 0 when LoRA is unsupported. */
   readonly maxLoraRank: number
+  /**
+   * How many adapters can be resident on the device at once (the slots a batch's adapters share;
+   * vLLM's `max_loras`); requests for others wait until one is free. 0 when LoRA is unsupported.
+   */
+  readonly adapterSlots: number
   /** Projection names LoRA may target (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`). */
   readonly loraTargetModules: readonly string[]
   /** Whether Medusa heads can be loaded and used for speculation. */
@@ -85,6 +90,10 @@ export interface BackendStats {
   readonly kvBlocksTotal: number
   readonly kvBlocksFree: number
   readonly loadedAdapters: number
+  /** Distinct LoRA adapters (`AdapterHandle.id`) of the requests running now, first seen first. */
+  readonly runningAdapters: readonly string[]
+  /** Distinct LoRA adapters of the requests waiting to run, first seen first. */
+  readonly waitingAdapters: readonly string[]
 }
 
 /**

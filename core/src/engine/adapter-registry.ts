@@ -229,7 +229,12 @@ export class AdapterRegistry {
   private async doFirstLoad(entry: AdapterEntry): Promise<AdapterHandle> {
     try {
       const weights = await this.readWeights(entry)
-      const handle: AdapterHandle = { key: entry.key, kind: weights.kind, size: adapterSize(weights) }
+      const handle: AdapterHandle = {
+        key: entry.key,
+        id: entry.local.resolved.id,
+        kind: weights.kind,
+        size: adapterSize(weights),
+      }
       await this.loadToDevice(entry, weights)
       // Publish before the caller's await resumes, so a submit right after the load can acquire it.
       entry.handle = handle

@@ -184,6 +184,7 @@ export class BatchingEngine implements Backend {
       maxContextLength: spec.maxContextLength,
       vocabSize: spec.vocabSize,
       maxLoraRank: loraCapable ? spec.maxLoraRank : 0,
+      adapterSlots: loraCapable ? spec.adapterSlots : 0,
       loraTargetModules: loraCapable ? [...(this.options.loraTargetModules ?? LORA_MODULES)] : [],
       // Medusa heads take an adapter slot.
       medusa: spec.adapterSlots > 0,
@@ -334,14 +335,25 @@ export class BatchingEngine implements Backend {
   stats(): BackendStats {
     const loaded = this.loaded
     if (loaded === null) {
-      return { runningRequests: 0, queuedRequests: 0, kvBlocksTotal: 0, kvBlocksFree: 0, loadedAdapters: 0 }
+      return {
+        runningRequests: 0,
+        queuedRequests: 0,
+        kvBlocksTotal: 0,
+        kvBlocksFree: 0,
+        loadedAdapters: 0,
+        runningAdapters: [],
+        waitingAdapters: [],
+      }
     }
+    const { running, waiting } = loaded.scheduler.adaptersInUse()
     return {
       runningRequests: loaded.scheduler.runningCount,
       queuedRequests: loaded.scheduler.queuedCount,
       kvBlocksTotal: loaded.allocator.blockCount,
       kvBlocksFree: loaded.allocator.free,
       loadedAdapters: loaded.adapters.loadedCount,
+      runningAdapters: running,
+      waitingAdapters: waiting,
     }
   }
 

@@ -124,6 +124,22 @@ export class Scheduler {
     seq.state = 'finished'
   }
 
+  /**
+   * The distinct LoRA adapters (`AdapterHandle.id`) of the running sequences and of the waiting
+   * ones (queued, or preempted and awaiting recompute), each in order of first appearance.
+   */
+  adaptersInUse(): { running: string[]; waiting: string[] } {
+    const ids = (seqs: Iterable<Sequence>) => {
+      const out = new Set<string>()
+      for (const seq of seqs) {
+        const adapter = seq.request.adapter
+        if (adapter !== null && adapter.kind === 'lora') out.add(adapter.id)
+      }
+      return [...out]
+    }
+    return { running: ids(this.running), waiting: ids([...this.resumeQueue, ...this.queues.items()]) }
+  }
+
   /** Every sequence not finished, queued or running (for destroy). */
   all(): Sequence[] {
     return [...this.running, ...this.resumeQueue, ...this.queues.items()]

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, Registry, exponentialBuckets } from 'prom-client'
 import type { ERRORS, ErrorCode } from '../errors/registry.ts'
 import { redactSecrets } from '../logging/redact-secrets.ts'
+import { registerGatewayMetrics, type GatewaySample } from './gateway-metrics.ts'
 
 /**
  * Prometheus metrics of one server, named `loom_*` after LoRAX's `lorax_*` set. Each server owns a
@@ -65,6 +66,11 @@ export interface CreateMetricsOptions {
   readonly sample?: () => GaugeSample | undefined
   /** Read the Medusa counters for `loom_speculation_*`; undefined when the backend does not speculate. */
   readonly speculation?: () => SpeculationSample | undefined
+  /**
+   * Read the backend for the inference gateway's `vllm:*` series (see gateway-metrics.ts); absent:
+   * those series are not exported (`metrics.inference_gateway: false`).
+   */
+  readonly gateway?: () => GatewaySample | undefined
 }
 
 /**
@@ -227,6 +233,7 @@ export function createMetrics(options: CreateMetricsOptions = {}): Metrics {
     ),
   }
   registerSpeculationMetrics(registry, options.speculation)
+  if (options.gateway) registerGatewayMetrics(registry, options.gateway)
 
   const m = instruments
   return {

@@ -1,1 +1,2 @@
 export * from './create-metrics.ts'
+export * from './gateway-metrics.ts'

@@ -178,6 +178,10 @@ export class LoomServer {
       const metrics = createMetrics({
         sample: () => (server?.serving ? backend.stats() : undefined),
         speculation: backend instanceof BatchingEngine ? () => backend.speculationStats() : undefined,
+        gateway: config.metrics.inference_gateway
+          ? () =>
+              server?.serving ? { ...backend.stats(), adapterSlots: backend.capabilities().adapterSlots } : undefined
+          : undefined,
       })
       const app = await createHttpApp({
         config: {

@@ -76,7 +76,7 @@ t.test('bad configuration files name the file, the key, the expectation and the 
       t,
       `${MINIMAL}telemetry: true\n`,
       'config_invalid',
-      'loom.yaml: `telemetry` is not a known key (known keys: `server`, `model`, `limits`, `adapters`, `speculation`, `structured_output`, `plugins`); found true',
+      'loom.yaml: `telemetry` is not a known key (known keys: `server`, `model`, `limits`, `adapters`, `speculation`, `structured_output`, `metrics`, `plugins`); found true',
     ),
   )
   t.test('misspelled top-level section', (t) =>

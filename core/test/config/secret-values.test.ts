@@ -41,7 +41,7 @@ t.test('values of secret-looking keys are never printed', async (t) => {
     prints(
       t,
       `${MINIMAL}pasword: QA-SECRET-2\n`,
-      '[config_invalid] loom.yaml: `pasword` is not a known key (known keys: `server`, `model`, `limits`, `adapters`, `speculation`, `structured_output`, `plugins`); found (value not shown)',
+      '[config_invalid] loom.yaml: `pasword` is not a known key (known keys: `server`, `model`, `limits`, `adapters`, `speculation`, `structured_output`, `metrics`, `plugins`); found (value not shown)',
     ),
   )
   t.test('misspelt and other credential names', async (t) => {

@@ -15,7 +15,7 @@ t.test('concurrent loads of one key share one read and one slot', async (t) => {
   })
   const [a, b] = await Promise.all([engine.loadAdapter(localAdapter('x')), engine.loadAdapter(localAdapter('x'))])
   t.equal(a, b, 'same handle object')
-  t.same(a, { key: 'local:x@r1', kind: 'lora', size: 16 })
+  t.same(a, { key: 'local:x@r1', id: 'x', kind: 'lora', size: 16 })
   t.equal(reads, 1)
   t.equal(await engine.loadAdapter(localAdapter('x')), a, 'loading again later returns the same handle')
   const c = await engine.loadAdapter(localAdapter('x', 'r2'))
@@ -100,7 +100,7 @@ t.test('load failures are adapter_load_failed (or the runner’s own code) and c
     message: 'Loading adapter `x` failed: bad safetensors header',
   })
   fail = false
-  t.same(await engine.loadAdapter(localAdapter('x')), { key: 'local:x@r1', kind: 'lora', size: 8 })
+  t.same(await engine.loadAdapter(localAdapter('x')), { key: 'local:x@r1', id: 'x', kind: 'lora', size: 8 })
   await engine.close()
 })
 

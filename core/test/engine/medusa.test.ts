@@ -364,9 +364,9 @@ t.test('submit checks handle kinds', async (t) => {
 })
 
 t.test('per-request Medusa rules', async (t) => {
-  const def: AdapterHandle = { key: 'hub:default@1', kind: 'medusa', size: 4 }
-  const other: AdapterHandle = { key: 'hub:other@1', kind: 'medusa', size: 4 }
-  const three: AdapterHandle = { key: 'hub:three@1', kind: 'medusa', size: 3 }
+  const def: AdapterHandle = { key: 'hub:default@1', id: 'default', kind: 'medusa', size: 4 }
+  const other: AdapterHandle = { key: 'hub:other@1', id: 'other', kind: 'medusa', size: 4 }
+  const three: AdapterHandle = { key: 'hub:three@1', id: 'three', kind: 'medusa', size: 3 }
   t.equal(resolveSpeculator(null, null), null, 'no default, none requested: plain decoding')
   t.equal(resolveSpeculator(null, def), def, 'the default applies to every request')
   t.equal(resolveSpeculator(other, def), other, 'a matching per-request adapter replaces it')
@@ -378,5 +378,5 @@ t.test('per-request Medusa rules', async (t) => {
     code: 'medusa_heads_mismatch',
     message: /`three` has 3 heads; .* the 4 heads of the default/,
   })
-  t.throws(() => resolveSpeculator({ key: 'k', kind: 'lora', size: 8 }, def), { code: 'bad_request' })
+  t.throws(() => resolveSpeculator({ key: 'k', id: 'k', kind: 'lora', size: 8 }, def), { code: 'bad_request' })
 })

@@ -28,6 +28,8 @@ export async function startTestServer(
     preload?: { id: string; source?: string }[]
     /** Extra `adapters:` settings (download_attempts, resolve_ttl_s, auth_ttl_s, default_source, …). */
     adapters?: Record<string, unknown>
+    /** The `metrics:` section. */
+    metrics?: Record<string, unknown>
   } = {},
 ): Promise<TestServer> {
   await mkdir(dir, { recursive: true })
@@ -41,6 +43,7 @@ export async function startTestServer(
       preload: options.preload ?? [],
       ...options.adapters,
     },
+    ...(options.metrics ? { metrics: options.metrics } : {}),
     plugins: [
       {
         use: '@loom/backend-cuda-native',
