@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <vector>
 
@@ -96,11 +97,36 @@ TestWeight make_weight(Rng& rng, DType dt, int64_t rows, int64_t cols, float sca
 // Host arrays into the device's memory and back, so a test runs the same on a device whose
 // memory is not the host's. A failed allocation leaves an empty buffer (the test then fails).
 template <typename T>
-DeviceBuffer<T> put(Device* dev, const std::vector<T>& host) {
+DeviceBuffer<T> put(Device* dev, const T* host, size_t n) {
   DeviceBuffer<T> buf;
-  if (buf.allocate(dev, std::max<int64_t>(1, int64_t(host.size())), "self-test").ok() && !host.empty())
-    dev->upload(buf.data(), host.data(), int64_t(host.size() * sizeof(T)));
+  if (buf.allocate(dev, std::max<int64_t>(1, int64_t(n)), "self-test").ok() && n > 0)
+    dev->upload(buf.data(), host, int64_t(n * sizeof(T)));
   return buf;
+}
+template <typename T>
+DeviceBuffer<T> put(Device* dev, const std::vector<T>& host) {
+  return put(dev, host.data(), host.size());
+}
+// A test weight's bytes in `dt` (the f32 values or their 16-bit rounding).
+DeviceBuffer<uint8_t> put_weight(Device* dev, const TestWeight& w, DType dt) {
+  if (dt == DType::F32) return put(dev, reinterpret_cast<const uint8_t*>(w.f32.data()), w.f32.size() * 4);
+  return put(dev, reinterpret_cast<const uint8_t*>(w.half.data()), w.half.size() * 2);
+}
+// f32 values as the bytes of a `dt` array (rounded to nearest even), and back to f32.
+std::vector<uint8_t> to_dtype(const std::vector<float>& v, DType dt) {
+  std::vector<uint8_t> out(v.size() * size_t(dtype_size(dt)));
+  if (dt == DType::F32) {
+    std::memcpy(out.data(), v.data(), out.size());
+  } else {
+    uint16_t* h = reinterpret_cast<uint16_t*>(out.data());
+    for (size_t i = 0; i < v.size(); i++) h[i] = dt == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  }
+  return out;
+}
+std::vector<float> widen(const std::vector<uint8_t>& bytes, DType dt) {
+  std::vector<float> out(bytes.size() / size_t(dtype_size(dt)));
+  for (size_t i = 0; i < out.size(); i++) out[i] = load_weight(bytes.data(), dt, int64_t(i));
+  return out;
 }
 template <typename T>
 std::vector<T> get(Device* dev, const DeviceBuffer<T>& buf, size_t n) {
@@ -134,7 +160,7 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         const int njobs = rng.range(1, 3);
         const bool acc = rng.next() & 1;
         std::vector<TestWeight> ws;
-        std::vector<std::vector<float>> bias, y0, y1;
+        std::vector<std::vector<float>> bias, y0, out[2];
         std::vector<int64_t> Ns;
         for (int j = 0; j < njobs; j++) {
           const int64_t N = rng.pick<int64_t>({1, 5, 64, 131, 192});
@@ -142,92 +168,120 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           ws.push_back(make_weight(rng, dt, N, K));
           bias.push_back(rng.next() & 1 ? randn(rng, size_t(N)) : std::vector<float>());
           y0.push_back(randn(rng, size_t(T * (N + 3))));
-          y1.push_back(y0.back());
         }
         const int64_t ldx = K + 5;
         auto x = randn(rng, size_t(T * ldx));
-        std::vector<MatmulJob> j0, j1;
-        for (int j = 0; j < njobs; j++) {
-          const float* b = bias[size_t(j)].empty() ? nullptr : bias[size_t(j)].data();
-          j0.push_back({ws[size_t(j)].view(dt, Ns[size_t(j)], K), b, y0[size_t(j)].data(), Ns[size_t(j)] + 3});
-          j1.push_back({ws[size_t(j)].view(dt, Ns[size_t(j)], K), b, y1[size_t(j)].data(), Ns[size_t(j)] + 3});
+        for (int side = 0; side < 2; side++) {
+          Device* d = side ? ref : dev;
+          auto xb = put(d, x);
+          std::vector<DeviceBuffer<uint8_t>> wb;
+          std::vector<DeviceBuffer<float>> bb, yb;
+          std::vector<MatmulJob> jobs;
+          for (size_t j = 0; j < size_t(njobs); j++) {
+            wb.push_back(put_weight(d, ws[j], dt));
+            bb.push_back(bias[j].empty() ? DeviceBuffer<float>() : put(d, bias[j]));
+            yb.push_back(put(d, y0[j]));
+            jobs.push_back({{wb.back().data(), dt, Ns[j], K}, bb.back().data(), yb.back().data(), Ns[j] + 3});
+          }
+          d->matmul(xb.data(), T, ldx, jobs.data(), njobs, acc);
+          for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, yb[j], y0[j].size()));
         }
-        dev->matmul(x.data(), T, ldx, j0.data(), njobs, acc);
-        ref->matmul(x.data(), T, ldx, j1.data(), njobs, acc);
-        for (int j = 0; j < njobs; j++)
+        for (size_t j = 0; j < size_t(njobs); j++)
           ck.compare("matmul", dims((std::string("matmul ") + dtype_name(dt)).c_str(),
-                                    {{"T", T}, {"N", Ns[size_t(j)]}, {"K", K}, {"jobs", njobs}, {"acc", acc}}),
-                     y0[size_t(j)].data(), y1[size_t(j)].data(), y0[size_t(j)].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
+                                    {{"T", T}, {"N", Ns[j]}, {"K", K}, {"jobs", njobs}, {"acc", acc}}),
+                     out[0][j].data(), out[1][j].data(), out[0][j].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
       }
 }
 
-// rmsnorm, rope, silu (large |gate| reaches exp's clamps), embedding per dtype (exact) and argmax
-// (exact, first maximum) at real hidden sizes, head dims and vocabulary size.
+// rmsnorm, rope, silu (large |gate| reaches exp's clamps), embedding per dtype (exact), argmax
+// (exact: first maximum, NaN never chosen, -1 when nothing beats -inf), top_k and log_sum_exp at
+// real hidden sizes, head dims and vocabulary sizes.
 void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (int64_t H : {576, 896, 2048, 4096})
     for (int64_t T : {1, 5, 33}) {
       auto x = randn(rng, size_t(T * H), 3.0f), w = randn(rng, size_t(H));
-      std::vector<float> a(size_t(T * H)), b(size_t(T * H));
-      dev->rmsnorm(x.data(), T, H, H, w.data(), 1e-5f, a.data(), H);
-      ref->rmsnorm(x.data(), T, H, H, w.data(), 1e-5f, b.data(), H);
-      ck.compare("rmsnorm", dims("rmsnorm", {{"T", T}, {"H", H}}), a.data(), b.data(), a.size(), 1e-6, 1e-5);
+      std::vector<float> out[2];
+      for (int side = 0; side < 2; side++) {
+        Device* d = side ? ref : dev;
+        auto xb = put(d, x), wb = put(d, w), yb = put(d, std::vector<float>(x.size()));
+        d->rmsnorm(xb.data(), T, H, H, wb.data(), 1e-5f, yb.data(), H);
+        out[side] = get(d, yb, x.size());
+      }
+      ck.compare("rmsnorm", dims("rmsnorm", {{"T", T}, {"H", H}}), out[0].data(), out[1].data(), out[0].size(), 1e-6,
+                 1e-5);
     }
   for (int D : {64, 128, 80})
     for (int64_t T : {1, 7, 40}) {
       const int heads = rng.pick({2, 9, 14});
       const int64_t ld = int64_t(heads) * D + 16;
       auto x = randn(rng, size_t(T * ld), 2.0f);
-      auto y = x;
       std::vector<float> c(size_t(T * D / 2)), s(c.size());
       for (size_t i = 0; i < c.size(); i++) {
         const double ang = rng.uniform(0, 1000);
         c[i] = float(std::cos(ang));
         s[i] = float(std::sin(ang));
       }
-      dev->rope(x.data(), T, ld, heads, D, c.data(), s.data());
-      ref->rope(y.data(), T, ld, heads, D, c.data(), s.data());
-      ck.compare("rope", dims("rope", {{"T", T}, {"heads", heads}, {"D", D}}), x.data(), y.data(), x.size(), 1e-6, 1e-5);
+      std::vector<float> out[2];
+      for (int side = 0; side < 2; side++) {
+        Device* d = side ? ref : dev;
+        auto xb = put(d, x), cb = put(d, c), sb = put(d, s);
+        d->rope(xb.data(), T, ld, heads, D, cb.data(), sb.data());
+        out[side] = get(d, xb, x.size());
+      }
+      ck.compare("rope", dims("rope", {{"T", T}, {"heads", heads}, {"D", D}}), out[0].data(), out[1].data(),
+                 out[0].size(), 1e-6, 1e-5);
     }
   for (int64_t n : {1, 100, 1536, 50000}) {
     auto g = randn(rng, size_t(n), 20.0f), u = randn(rng, size_t(n), 2.0f);
-    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
-    dev->silu_mul(g.data(), u.data(), n, a.data());
-    ref->silu_mul(g.data(), u.data(), n, b.data());
-    ck.compare("silu", dims("silu_mul", {{"n", n}}), a.data(), b.data(), a.size(), 1e-6, 1e-5);
-    a = u;
-    b = u;
-    dev->silu_residual(g.data(), n, a.data());
-    ref->silu_residual(g.data(), n, b.data());
-    ck.compare("silu", dims("silu_residual", {{"n", n}}), a.data(), b.data(), a.size(), 1e-6, 1e-5);
+    std::vector<float> mul[2], res[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      auto gb = put(d, g), ub = put(d, u), yb = put(d, std::vector<float>(g.size()));
+      d->silu_mul(gb.data(), ub.data(), n, yb.data());
+      mul[side] = get(d, yb, g.size());
+      d->silu_residual(gb.data(), n, ub.data());  // y = u + silu(g)
+      res[side] = get(d, ub, g.size());
+    }
+    ck.compare("silu", dims("silu_mul", {{"n", n}}), mul[0].data(), mul[1].data(), mul[0].size(), 1e-6, 1e-5);
+    ck.compare("silu", dims("silu_residual", {{"n", n}}), res[0].data(), res[1].data(), res[0].size(), 1e-6, 1e-5);
   }
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
     const int64_t V = 301, H = 576, T = 9;
     TestWeight table = make_weight(rng, dt, V, H);
     std::vector<int32_t> ids(T);
     for (auto& id : ids) id = rng.range(0, int(V) - 1);
-    std::vector<float> a(size_t(T * H)), b(size_t(T * H));
-    dev->embedding(ids.data(), T, table.view(dt, V, H), a.data());
-    ref->embedding(ids.data(), T, table.view(dt, V, H), b.data());
-    ck.compare("embedding", dims((std::string("embedding ") + dtype_name(dt)).c_str(), {{"T", T}, {"H", H}}), a.data(),
-               b.data(), a.size(), 0, 0);
+    std::vector<float> out[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      auto tb = put_weight(d, table, dt);
+      auto ib = put(d, ids);
+      auto yb = put(d, std::vector<float>(size_t(T * H)));
+      d->embedding(ib.data(), T, {tb.data(), dt, V, H}, yb.data());
+      out[side] = get(d, yb, size_t(T * H));
+    }
+    ck.compare("embedding", dims((std::string("embedding ") + dtype_name(dt)).c_str(), {{"T", T}, {"H", H}}),
+               out[0].data(), out[1].data(), out[0].size(), 0, 0);
   }
   {
     const int64_t T = 6, V = 49152;
     auto x = randn(rng, size_t(T * V));
     // Row 1: the maximum twice (the first wins); row 2: NaNs inside; row 3: NaN first (never
-    // chosen: the first maximum of the rest); row 4: all -inf (-1).
+    // chosen: the first maximum of the rest); row 4: all -inf (-1); row 5: -inf and NaN only (-1).
     x[size_t(V + 700)] = x[size_t(V + 40000)] = 50.0f;
     for (int64_t i = 3; i < V; i += 97) x[size_t(2 * V + i)] = std::numeric_limits<float>::quiet_NaN();
     x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 0; i < V; i++) x[size_t(4 * V + i)] = -std::numeric_limits<float>::infinity();
-    // Row 5: -inf and NaN only (-1).
     for (int64_t i = 0; i < V; i++)
       x[size_t(5 * V + i)] = i % 3 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
-    std::vector<int32_t> a(T), b(T);
-    dev->argmax(x.data(), T, V, V, a.data());
-    ref->argmax(x.data(), T, V, V, b.data());
-    std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
-    ck.compare("argmax", dims("argmax", {{"T", T}, {"V", V}}), fa.data(), fb.data(), fa.size(), 0, 0);
+    std::vector<int32_t> out[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      auto xb = put(d, x);
+      auto ob = put(d, std::vector<int32_t>(size_t(T), -7));
+      d->argmax(xb.data(), T, V, V, ob.data());
+      out[side] = get(d, ob, size_t(T));
+    }
+    compare_exact(ck, "argmax", dims("argmax", {{"T", T}, {"V", V}}), out[0], out[1]);
   }
   // top_k: random rows, a row with ties and NaNs, a row with fewer non-NaN values than K, and
   // (for K = 1) a row of NaN then -inf only.
@@ -241,11 +295,15 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 1; i < 4; i++) x[size_t(3 * V + i)] = -std::numeric_limits<float>::infinity();
     for (const int k : {K, 1}) {  // K = 1 takes its own vector path
-      std::vector<int32_t> a(size_t(T * k)), b(size_t(T * k));
-      dev->top_k(x.data(), T, V, V, k, a.data());
-      ref->top_k(x.data(), T, V, V, k, b.data());
-      std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end());
-      ck.compare("top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", k}}), fa.data(), fb.data(), fa.size(), 0, 0);
+      std::vector<int32_t> out[2];
+      for (int side = 0; side < 2; side++) {
+        Device* d = side ? ref : dev;
+        auto xb = put(d, x);
+        auto ob = put(d, std::vector<int32_t>(size_t(T * k)));
+        d->top_k(xb.data(), T, V, V, k, ob.data());
+        out[side] = get(d, ob, size_t(T * k));
+      }
+      compare_exact(ck, "top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", k}}), out[0], out[1]);
     }
   }
   // log_sum_exp: logit-like rows (scaled so one token dominates some rows), a vocabulary that is
@@ -256,9 +314,15 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     for (int64_t i = 0; i < V; i++) x[size_t(V + i)] *= 8.0f;
     for (int64_t i = 0; i < V; i += 3) x[size_t(2 * V + i)] = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < V; i++) x[size_t(3 * V + i)] = -std::numeric_limits<float>::infinity();
-    std::vector<double> a(T), b(T);
-    dev->log_sum_exp(x.data(), T, V, V, a.data());
-    ref->log_sum_exp(x.data(), T, V, V, b.data());
+    std::vector<double> out[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      auto xb = put(d, x);
+      auto ob = put(d, std::vector<double>(size_t(T)));
+      d->log_sum_exp(xb.data(), T, V, V, ob.data());
+      out[side] = get(d, ob, size_t(T));
+    }
+    const std::vector<double>&a = out[0], &b = out[1];
     // -inf == -inf, exactly; the finite rows to ~1e-6 relative.
     std::vector<float> fa(size_t(T - 1)), fb(size_t(T - 1));
     for (int64_t t = 0; t < T - 1; t++) {
@@ -274,114 +338,173 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 
 // Paged attention over shuffled block tables: decode rows, prefill chunks with and without
 // history, and Medusa-style tree masks, for the GQA layouts of SmolLM2, Qwen2, Llama and MHA,
-// with block sizes that divide the context and ones that do not.
+// with block sizes that divide the context and ones that do not, in f32 caches and, when the
+// device keeps another KV dtype, in that one (the caches rounded to it; see test_kv_dtypes).
 void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   struct Heads {
     int hq, hkv, d;
   };
-  for (Heads hs : {Heads{9, 3, 64}, Heads{14, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}})
-    for (int bs : {16, 5})
-      for (int nrows : {1, 3, 8}) {
-        const int64_t E = int64_t(hs.hkv) * hs.d;
-        const int blocks = 400;
-        std::vector<int32_t> perm(blocks);
-        for (int i = 0; i < blocks; i++) perm[size_t(i)] = i;
-        for (int i = blocks - 1; i > 0; i--) std::swap(perm[size_t(i)], perm[size_t(rng.range(0, i))]);
-        auto kc = randn(rng, size_t(blocks) * bs * E), vc = randn(rng, size_t(blocks) * bs * E);
-        std::vector<AttnRow> rows;
-        std::vector<std::vector<uint8_t>> masks;
-        int next_block = 0, T = 0;
-        masks.reserve(size_t(nrows));
-        for (int r = 0; r < nrows; r++) {
-          // decode row, prefill chunk (maybe with history), or a Medusa-style tree
-          const int kind = rng.range(0, 2);
-          const int n = kind == 0 ? 1 : rng.range(2, 24);
-          const int cache_len = rng.range(0, 1) ? rng.range(0, 150) : 0;
-          const int need = (cache_len + n + bs - 1) / bs;
-          AttnRow row{T, n, cache_len, perm.data() + next_block, nullptr};
-          next_block += need;
-          if (kind == 2) {
-            masks.emplace_back(size_t(n * n));
-            for (int i = 0; i < n; i++)
-              for (int j = 0; j < n; j++) masks.back()[size_t(i * n + j)] = j == i || (j < i && rng.range(0, 2) == 0);
-            row.tree_mask = masks.back().data();
+  std::vector<DType> kv_dtypes = {DType::F32};
+  if (dev->kv_dtype() != DType::F32) kv_dtypes.push_back(dev->kv_dtype());
+  for (DType kv : kv_dtypes)
+    for (Heads hs : {Heads{9, 3, 64}, Heads{14, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}})
+      for (int bs : {16, 5})
+        for (int nrows : {1, 3, 8}) {
+          const int64_t E = int64_t(hs.hkv) * hs.d;
+          const int blocks = 400;
+          std::vector<int32_t> perm(blocks);
+          for (int i = 0; i < blocks; i++) perm[size_t(i)] = i;
+          for (int i = blocks - 1; i > 0; i--) std::swap(perm[size_t(i)], perm[size_t(rng.range(0, i))]);
+          const auto kc = to_dtype(randn(rng, size_t(blocks) * bs * E), kv);
+          const auto vc = to_dtype(randn(rng, size_t(blocks) * bs * E), kv);
+          std::vector<AttnRow> rows;  // block_table, tree_mask: offsets into perm and masks until placed
+          std::vector<uint8_t> masks;
+          std::vector<int64_t> mask_at;
+          int next_block = 0, T = 0;
+          for (int r = 0; r < nrows; r++) {
+            // decode row, prefill chunk (maybe with history), or a Medusa-style tree
+            const int kind = rng.range(0, 2);
+            const int n = kind == 0 ? 1 : rng.range(2, 24);
+            const int cache_len = rng.range(0, 1) ? rng.range(0, 150) : 0;
+            const int need = (cache_len + n + bs - 1) / bs;
+            rows.push_back({T, n, cache_len, nullptr, nullptr});
+            mask_at.push_back(kind == 2 ? int64_t(masks.size()) : -1);
+            if (kind == 2)
+              for (int i = 0; i < n; i++)
+                for (int j = 0; j < n; j++) masks.push_back(j == i || (j < i && rng.range(0, 2) == 0));
+            rows.back().block_table = perm.data() + next_block;  // host, replaced per device below
+            next_block += need;
+            T += n;
           }
-          rows.push_back(row);
-          T += n;
+          const int64_t ldq = int64_t(hs.hq) * hs.d + int64_t(2 * E);
+          auto q = randn(rng, size_t(T * ldq), 2.0f);
+          const size_t out_n = size_t(T) * hs.hq * hs.d;
+          std::vector<float> out[2];
+          for (int side = 0; side < 2; side++) {
+            Device* d = side ? ref : dev;
+            auto qb = put(d, q), ob = put(d, std::vector<float>(out_n));
+            auto kb = put(d, kc), vb = put(d, vc);
+            auto pb = put(d, perm);
+            auto mb = put(d, masks);
+            std::vector<AttnRow> placed = rows;
+            for (size_t r = 0; r < placed.size(); r++) {
+              placed[r].block_table = pb.data() + (rows[r].block_table - perm.data());
+              placed[r].tree_mask = mask_at[r] < 0 ? nullptr : mb.data() + mask_at[r];
+            }
+            const AttnShape shape{hs.hq, hs.hkv, hs.d, bs, float(1.0 / std::sqrt(double(hs.d))), kv};
+            d->attention(qb.data(), ldq, kb.data(), vb.data(), placed.data(), nrows, shape, ob.data());
+            out[side] = get(d, ob, out_n);
+          }
+          ck.compare("attention",
+                     dims((std::string("attention kv ") + dtype_name(kv)).c_str(),
+                          {{"rows", nrows}, {"T", T}, {"Hq", hs.hq}, {"Hkv", hs.hkv}, {"D", hs.d}, {"bs", bs}}),
+                     out[0].data(), out[1].data(), out_n, 1e-5, 1e-4);
         }
-        const int64_t ldq = int64_t(hs.hq) * hs.d + int64_t(2 * E);
-        auto q = randn(rng, size_t(T * ldq), 2.0f);
-        std::vector<float> a(size_t(T) * hs.hq * hs.d), b(a.size());
-        const AttnShape shape{hs.hq, hs.hkv, hs.d, bs, float(1.0 / std::sqrt(double(hs.d))), DType::F32};
-        dev->attention(q.data(), ldq, kc.data(), vc.data(), rows.data(), nrows, shape, a.data());
-        ref->attention(q.data(), ldq, kc.data(), vc.data(), rows.data(), nrows, shape, b.data());
-        ck.compare("attention",
-                   dims("attention", {{"rows", nrows}, {"T", T}, {"Hq", hs.hq}, {"Hkv", hs.hkv}, {"D", hs.d}, {"bs", bs}}),
-                   a.data(), b.data(), a.size(), 1e-5, 1e-4);
-      }
 }
+
+// The adapters of one LoRA case on both sides: each pool weight (A [r, K] or Bt [r, N]) is
+// uploaded once per device, and segments of one adapter point at the same bytes (as in a slot,
+// which the cpu kernels' prefetch decisions key on).
+struct LoraCase {
+  DType dt;
+  std::vector<const TestWeight*> pool;  // not owned
+  std::vector<LoraSegment> sh, ex;      // w set by place()
+  std::vector<size_t> a_of, b_of;       // pool index of each segment's A and Bt
+  size_t intern(const TestWeight* w) {
+    for (size_t i = 0; i < pool.size(); i++)
+      if (pool[i] == w) return i;
+    pool.push_back(w);
+    return pool.size() - 1;
+  }
+  void add(int tok_start, int n, int r, int col, float scale, const TestWeight* a, const TestWeight* b) {
+    sh.push_back({tok_start, n, nullptr, dt, r, col, 1.0f});
+    ex.push_back({tok_start, n, nullptr, dt, r, col, scale});
+    a_of.push_back(intern(a));
+    b_of.push_back(intern(b));
+  }
+  void place(Device* d, std::vector<DeviceBuffer<uint8_t>>* bufs, std::vector<LoraSegment>* sh_out,
+             std::vector<LoraSegment>* ex_out) const {
+    bufs->clear();
+    for (const TestWeight* w : pool) bufs->push_back(put_weight(d, *w, dt));
+    *sh_out = sh;
+    *ex_out = ex;
+    for (size_t i = 0; i < sh.size(); i++) {
+      (*sh_out)[i].w = (*bufs)[a_of[i]].data();
+      (*ex_out)[i].w = (*bufs)[b_of[i]].data();
+    }
+  }
+};
 
 // SGMV/BGMV shrink and expand over the adapter mixes of STYLE.md item 10, with adapters stored
 // in f32 and in bf16/f16 (16-bit models keep their adapters in the model's dtype). Batches >= 8
 // with distinct adapters take the expand's split-by-segment path, smaller ones the
 // split-by-feature path; ranks 1..128 mix within a batch (rank tails of the 4-row expand groups);
-// some rows are prefill segments.
+// some rows are prefill segments. Both expands read the reference's shrink, so each half is
+// checked alone.
 void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const char* mixes[] = {"distinct", "identical", "uniform", "skewed", "none-mixed"};
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
-  for (int mix = 0; mix < 5; mix++)
-    for (int batch : {1, 2, 7, 16, 33})
-      for (int rank : {1, 4, 8, 16, 32, 64, 128}) {
-        const int64_t K = rng.pick<int64_t>({576, 896, 2048}), N = rng.pick<int64_t>({576, 192, 1536});
-        // Adapter pool: ranks vary around `rank` so one batch mixes ranks.
-        const int nadapters = mix == 1 ? 1 : mix == 2 ? std::max(1, int(std::sqrt(double(batch)))) : batch;
-        std::vector<TestWeight> A, B;
-        std::vector<int> ranks;
-        for (int a = 0; a < nadapters; a++) {
-          const int r = std::max(1, std::min(128, a % 2 ? rank : rng.range(1, rank)));
-          ranks.push_back(r);
-          A.push_back(make_weight(rng, dt, r, K, 0.1f));
-          B.push_back(make_weight(rng, dt, r, N, 0.1f));
-        }
-        // Rows: a mix of decode rows (1 token) and prefill segments; some without adapter.
-        std::vector<LoraSegment> sh, ex;
-        int T = 0;
-        for (int row = 0; row < batch; row++) {
-          const int n = rng.range(0, 3) == 0 ? rng.range(2, 40) : 1;
-          int a;
-          if (mix == 3)  // skewed: most rows on adapter 0
-            a = rng.range(0, 3) ? 0 : rng.range(0, nadapters - 1);
-          else
-            a = mix == 0 ? row % nadapters : rng.range(0, nadapters - 1);
-          const bool none = mix == 4 && rng.range(0, 2) == 0;
-          if (!none) {
-            const int col = rng.range(0, 2) * 0;  // single module per call here
-            const int r = ranks[size_t(a)];
-            sh.push_back({T, n, A[size_t(a)].view(dt, r, K).data, dt, r, col, 1.0f});
-            ex.push_back({T, n, B[size_t(a)].view(dt, r, N).data, dt, r, col, rng.uniform(0.1f, 4.0f)});
+    for (int mix = 0; mix < 5; mix++)
+      for (int batch : {1, 2, 7, 16, 33})
+        for (int rank : {1, 4, 8, 16, 32, 64, 128}) {
+          const int64_t K = rng.pick<int64_t>({576, 896, 2048}), N = rng.pick<int64_t>({576, 192, 1536});
+          // Adapter pool: ranks vary around `rank` so one batch mixes ranks.
+          const int nadapters = mix == 1 ? 1 : mix == 2 ? std::max(1, int(std::sqrt(double(batch)))) : batch;
+          std::vector<TestWeight> A, B;
+          std::vector<int> ranks;
+          for (int a = 0; a < nadapters; a++) {
+            const int r = std::max(1, std::min(128, a % 2 ? rank : rng.range(1, rank)));
+            ranks.push_back(r);
+            A.push_back(make_weight(rng, dt, r, K, 0.1f));
+            B.push_back(make_weight(rng, dt, r, N, 0.1f));
           }
-          T += n;
+          // Rows: a mix of decode rows (1 token) and prefill segments; some without adapter.
+          LoraCase lc{dt, {}, {}, {}, {}, {}};
+          int T = 0;
+          for (int row = 0; row < batch; row++) {
+            const int n = rng.range(0, 3) == 0 ? rng.range(2, 40) : 1;
+            int a;
+            if (mix == 3)  // skewed: most rows on adapter 0
+              a = rng.range(0, 3) ? 0 : rng.range(0, nadapters - 1);
+            else
+              a = mix == 0 ? row % nadapters : rng.range(0, nadapters - 1);
+            const bool none = mix == 4 && rng.range(0, 2) == 0;
+            if (!none) lc.add(T, n, ranks[size_t(a)], 0, rng.uniform(0.1f, 4.0f), &A[size_t(a)], &B[size_t(a)]);
+            T += n;
+          }
+          const int64_t ldx = K + 3, ldt = 3 * 128, ldy = N + 1;
+          auto x = randn(rng, size_t(T * ldx));
+          auto y0 = randn(rng, size_t(T * ldy));
+          std::vector<float> tmp[2], y[2];
+          std::vector<DeviceBuffer<uint8_t>> bufs[2];
+          std::vector<LoraSegment> sh[2], ex[2];
+          for (int side = 0; side < 2; side++) {
+            Device* d = side ? ref : dev;
+            lc.place(d, &bufs[side], &sh[side], &ex[side]);
+            auto xb = put(d, x), tb = put(d, std::vector<float>(size_t(T * ldt), 0.0f));
+            d->lora_shrink(xb.data(), ldx, K, sh[side].data(), int(sh[side].size()), tb.data(), ldt);
+            tmp[side] = get(d, tb, size_t(T * ldt));
+          }
+          for (int side = 0; side < 2; side++) {
+            Device* d = side ? ref : dev;
+            auto tb = put(d, tmp[1]), yb = put(d, y0);
+            d->lora_expand(tb.data(), ldt, N, ex[side].data(), int(ex[side].size()), yb.data(), ldy);
+            y[side] = get(d, yb, y0.size());
+          }
+          const std::string what = std::string(mixes[mix]) + " " + dtype_name(dt);
+          ck.compare("lora_shrink",
+                     dims(("lora_shrink " + what).c_str(), {{"batch", batch}, {"T", T}, {"rank", rank}, {"K", K}}),
+                     tmp[0].data(), tmp[1].data(), tmp[0].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
+          ck.compare("lora_expand",
+                     dims(("lora_expand " + what).c_str(), {{"batch", batch}, {"T", T}, {"rank", rank}, {"N", N}}),
+                     y[0].data(), y[1].data(), y[0].size(), 1e-5 * std::sqrt(double(rank)), 1e-4);
         }
-        const int64_t ldx = K + 3, ldt = 3 * 128, ldy = N + 1;
-        auto x = randn(rng, size_t(T * ldx));
-        std::vector<float> t0(size_t(T * ldt), 0.0f), t1(t0.size(), 0.0f);
-        dev->lora_shrink(x.data(), ldx, K, sh.data(), int(sh.size()), t0.data(), ldt);
-        ref->lora_shrink(x.data(), ldx, K, sh.data(), int(sh.size()), t1.data(), ldt);
-        const std::string what = std::string(mixes[mix]) + " " + dtype_name(dt);
-        ck.compare("lora_shrink", dims(("lora_shrink " + what).c_str(), {{"batch", batch}, {"T", T}, {"rank", rank}, {"K", K}}),
-                   t0.data(), t1.data(), t0.size(), 1e-5 * std::sqrt(double(K)), 1e-4);
-        auto y0 = randn(rng, size_t(T * ldy));
-        auto y1 = y0;
-        dev->lora_expand(t1.data(), ldt, N, ex.data(), int(ex.size()), y0.data(), ldy);
-        ref->lora_expand(t1.data(), ldt, N, ex.data(), int(ex.size()), y1.data(), ldy);
-        ck.compare("lora_expand", dims(("lora_expand " + what).c_str(), {{"batch", batch}, {"T", T}, {"rank", rank}, {"N", N}}),
-                   y0.data(), y1.data(), y0.size(), 1e-5 * std::sqrt(double(rank)), 1e-4);
-      }
   // Several modules shrunk into side-by-side columns in one call (q|k|v), mixed with no-adapter rows.
   {
     const int64_t K = 576, ldt = 3 * 128;
-    std::vector<std::vector<float>> A;
-    std::vector<LoraSegment> sh;
+    std::vector<TestWeight> A;
+    A.reserve(36);
+    LoraCase lc{DType::F32, {}, {}, {}, {}, {}};
     int T = 0;
     for (int row = 0; row < 12; row++) {
       const int n = row % 4 == 0 ? 17 : 1;
@@ -389,19 +512,26 @@ void test_lora(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         int col = 0;
         for (int m = 0; m < 3; m++) {
           const int r = rng.range(1, 128);
-          A.push_back(randn(rng, size_t(r * K), 0.1f));
-          sh.push_back({T, n, A.back().data(), DType::F32, r, col, 1.0f});
+          A.push_back(make_weight(rng, DType::F32, r, K, 0.1f));
+          lc.add(T, n, r, col, 1.0f, &A.back(), &A.back());
           col += r;
         }
       }
       T += n;
     }
     auto x = randn(rng, size_t(T * K));
-    std::vector<float> t0(size_t(T * ldt), 0.0f), t1(t0.size(), 0.0f);
-    dev->lora_shrink(x.data(), K, K, sh.data(), int(sh.size()), t0.data(), ldt);
-    ref->lora_shrink(x.data(), K, K, sh.data(), int(sh.size()), t1.data(), ldt);
-    ck.compare("lora_shrink", dims("lora_shrink qkv-columns", {{"T", T}, {"K", K}}), t0.data(), t1.data(), t0.size(),
-               1e-5 * std::sqrt(double(K)), 1e-4);
+    std::vector<float> tmp[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      std::vector<DeviceBuffer<uint8_t>> bufs;
+      std::vector<LoraSegment> sh, ex;
+      lc.place(d, &bufs, &sh, &ex);
+      auto xb = put(d, x), tb = put(d, std::vector<float>(size_t(T * ldt), 0.0f));
+      d->lora_shrink(xb.data(), K, K, sh.data(), int(sh.size()), tb.data(), ldt);
+      tmp[side] = get(d, tb, size_t(T * ldt));
+    }
+    ck.compare("lora_shrink", dims("lora_shrink qkv-columns", {{"T", T}, {"K", K}}), tmp[0].data(), tmp[1].data(),
+               tmp[0].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
   }
 }
 
@@ -416,11 +546,10 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       const int64_t K = rng.pick<int64_t>({576, 896, 100}), ldt = 3 * 128;
       const int nmod = rng.range(1, 3);
       const int64_t Ns[3] = {576, 192, 1536};
-      std::vector<TestWeight> A, B;
-      std::vector<LoraSegment> sh, ex;
+      std::vector<TestWeight> W;
+      W.reserve(size_t(batch * 6));
+      LoraCase lc{dt, {}, {}, {}, {}, {}};
       std::vector<int> mod;
-      A.reserve(size_t(batch * 3));
-      B.reserve(size_t(batch * 3));
       int T = 0;
       for (int row = 0; row < batch; row++) {
         const int n = rng.range(0, 4) == 0 ? rng.range(2, 30) : 1;
@@ -428,10 +557,10 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           int col = 0;
           for (int m = 0; m < nmod; m++) {
             const int r = rng.pick({1, 4, 7, 12, 16, 33, 64});
-            A.push_back(make_weight(rng, dt, r, K, 0.1f));
-            B.push_back(make_weight(rng, dt, r, Ns[m], 0.1f));
-            sh.push_back({T, n, A.back().view(dt, r, K).data, dt, r, col, 1.0f});
-            ex.push_back({T, n, B.back().view(dt, r, Ns[m]).data, dt, r, col, rng.uniform(0.1f, 4.0f)});
+            W.push_back(make_weight(rng, dt, r, K, 0.1f));
+            const TestWeight* a = &W.back();
+            W.push_back(make_weight(rng, dt, r, Ns[m], 0.1f));
+            lc.add(T, n, r, col, rng.uniform(0.1f, 4.0f), a, &W.back());
             mod.push_back(m);
             col += r;
           }
@@ -439,46 +568,64 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         T += n;
       }
       auto x = randn(rng, size_t(T * K));
-      std::vector<std::vector<float>> y0, y1;
-      LoraOutput o0[3], o1[3];
-      for (int m = 0; m < nmod; m++) {
-        y0.push_back(randn(rng, size_t(T * (Ns[m] + 2))));
-        y1.push_back(y0.back());
+      std::vector<std::vector<float>> y0;
+      for (int m = 0; m < nmod; m++) y0.push_back(randn(rng, size_t(T * (Ns[m] + 2))));
+      std::vector<std::vector<float>> y[2];
+      for (int side = 0; side < 2; side++) {
+        Device* d = side ? ref : dev;
+        std::vector<DeviceBuffer<uint8_t>> bufs;
+        std::vector<LoraSegment> sh, ex;
+        lc.place(d, &bufs, &sh, &ex);
+        std::vector<DeviceBuffer<float>> yb;
+        LoraOutput outs[3];
+        for (int m = 0; m < nmod; m++) {
+          yb.push_back(put(d, y0[size_t(m)]));
+          outs[m] = {yb.back().data(), Ns[m] + 2, Ns[m]};
+        }
+        auto xb = put(d, x), tb = put(d, std::vector<float>(size_t(T * ldt)));
+        d->lora_apply(xb.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), outs, tb.data(), ldt);
+        for (int m = 0; m < nmod; m++) y[side].push_back(get(d, yb[size_t(m)], y0[size_t(m)].size()));
       }
-      for (int m = 0; m < nmod; m++) {
-        o0[m] = {y0[size_t(m)].data(), Ns[m] + 2, Ns[m]};
-        o1[m] = {y1[size_t(m)].data(), Ns[m] + 2, Ns[m]};
-      }
-      std::vector<float> t0(size_t(T * ldt)), t1(t0.size());
-      dev->lora_apply(x.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), o0, t0.data(), ldt);
-      ref->lora_apply(x.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), o1, t1.data(), ldt);
       for (int m = 0; m < nmod; m++)
-        ck.compare("lora_apply", dims((std::string("lora_apply ") + dtype_name(dt)).c_str(),
-                                      {{"batch", batch}, {"T", T}, {"modules", nmod}, {"module", m}, {"N", Ns[m]}, {"K", K}}),
-                   y0[size_t(m)].data(), y1[size_t(m)].data(), y0[size_t(m)].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
+        ck.compare("lora_apply",
+                   dims((std::string("lora_apply ") + dtype_name(dt)).c_str(),
+                        {{"batch", batch}, {"T", T}, {"modules", nmod}, {"module", m}, {"N", Ns[m]}, {"K", K}}),
+                   y[0][size_t(m)].data(), y[1][size_t(m)].data(), y[0][size_t(m)].size(), 1e-5 * std::sqrt(double(K)),
+                   1e-4);
     }
 }
 
-// kv_store then kv_copy (with overlapping from/to slots, where order matters): exact.
+// kv_store then kv_copy (with overlapping from/to slots, where order matters) in f32 and in the
+// device's KV dtype, over caches with random contents: exact.
 void test_cache(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const int64_t E = 192, S = 64, T = 9, ldk = 3 * E;
-  auto k = randn(rng, size_t(T * ldk));
-  std::vector<int32_t> slot(T), from(6), to(6);
-  for (int64_t t = 0; t < T; t++) slot[size_t(t)] = int32_t((t * 7) % S);
-  for (int i = 0; i < 6; i++) {
-    from[size_t(i)] = rng.range(0, int(S) - 1);
-    to[size_t(i)] = rng.range(0, int(S) - 1);
+  std::vector<DType> kv_dtypes = {DType::F32};
+  if (dev->kv_dtype() != DType::F32) kv_dtypes.push_back(dev->kv_dtype());
+  for (DType kv : kv_dtypes) {
+    auto k = randn(rng, size_t(T * ldk));
+    std::vector<int32_t> slot(T), from(6), to(6);
+    for (int64_t t = 0; t < T; t++) slot[size_t(t)] = int32_t((t * 7) % S);
+    for (int i = 0; i < 6; i++) {
+      from[size_t(i)] = rng.range(0, int(S) - 1);
+      to[size_t(i)] = rng.range(0, int(S) - 1);
+    }
+    const auto kc0 = to_dtype(randn(rng, size_t(S * E)), kv), vc0 = to_dtype(randn(rng, size_t(S * E)), kv);
+    std::vector<float> kc[2], vc[2];
+    for (int side = 0; side < 2; side++) {
+      Device* d = side ? ref : dev;
+      auto kb = put(d, k);
+      auto kcb = put(d, kc0), vcb = put(d, vc0);
+      auto sb = put(d, slot), fb = put(d, from), tb = put(d, to);
+      d->kv_store(kb.data(), kb.data() + E, T, ldk, sb.data(), E, kv, kcb.data(), vcb.data());
+      d->kv_copy(fb.data(), tb.data(), 6, E, kv, kcb.data(), vcb.data());
+      kc[side] = widen(get(d, kcb, kc0.size()), kv);
+      vc[side] = widen(get(d, vcb, vc0.size()), kv);
+    }
+    const std::string what = std::string("kv_store+kv_copy ") + dtype_name(kv);
+    ck.compare("kv_cache", what + " K", kc[0].data(), kc[1].data(), kc[0].size(), 0, 0);
+    ck.compare("kv_cache", what + " V", vc[0].data(), vc[1].data(), vc[0].size(), 0, 0);
   }
-  auto kc0 = randn(rng, size_t(S * E)), vc0 = randn(rng, size_t(S * E));
-  auto kc1 = kc0, vc1 = vc0;
-  dev->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, DType::F32, kc0.data(), vc0.data());
-  ref->kv_store(k.data(), k.data() + E, T, ldk, slot.data(), E, DType::F32, kc1.data(), vc1.data());
-  dev->kv_copy(from.data(), to.data(), 6, E, DType::F32, kc0.data(), vc0.data());
-  ref->kv_copy(from.data(), to.data(), 6, E, DType::F32, kc1.data(), vc1.data());
-  ck.compare("kv_cache", "kv_store+kv_copy K", kc0.data(), kc1.data(), kc0.size(), 0, 0);
-  ck.compare("kv_cache", "kv_store+kv_copy V", vc0.data(), vc1.data(), vc0.size(), 0, 0);
 }
-
 
 // RoPE inverse frequencies of a real config: theta^(-2i/D), optionally divided by a linear factor.
 std::vector<double> inv_freqs(int D, double theta, double factor) {
@@ -671,12 +818,7 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     const AttnShape shape{hq, hkv, D, bs, 0.125f, dt};
     d->attention(qb.data(), int64_t(hq) * D, kc.data(), vc.data(), r.data(), int(r.size()), shape, ob.data());
     *attn = get(d, ob, size_t(6) * hq * D);
-    // The K cache widened to f32 (the reference's kv_load rule), for the exact checks.
-    std::vector<uint8_t> raw(static_cast<size_t>(bytes));
-    d->download(raw.data(), kc.data(), bytes);
-    d->synchronize();
-    kc_out->resize(size_t(S * E));
-    for (int64_t i = 0; i < S * E; i++) (*kc_out)[size_t(i)] = load_weight(raw.data(), dt, i);
+    *kc_out = widen(get(d, kc, size_t(bytes)), dt);  // the K cache in f32, for the exact checks
   };
   for (DType dt : {DType::BF16, DType::F16}) {
     std::vector<float> kc16, attn16, attn32;
@@ -689,8 +831,7 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     ck.compare("kv_dtype", std::string("reference kv_store+kv_copy ") + dtype_name(dt), kc16.data(), expect.data(),
                expect.size(), 0, 0);
     // attention over the 16-bit cache == over an f32 cache of the same values (K = V here).
-    std::vector<uint16_t> half(kc16.size());
-    for (size_t i = 0; i < half.size(); i++) half[i] = dt == DType::BF16 ? f32_to_bf16(kc16[i]) : f32_to_f16(kc16[i]);
+    const std::vector<uint8_t> half = to_dtype(kc16, dt);
     std::vector<float> unused, attn16_same;
     run(ref, dt, half.data(), &unused, &attn16_same);
     run(ref, DType::F32, kc16.data(), &unused, &attn32);
