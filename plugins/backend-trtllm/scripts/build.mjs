@@ -9,8 +9,8 @@
 //   TRTLLM_LIB_DIR   the library directory, when it is elsewhere
 //   TRTLLM_CXX11_ABI 0 or 1: _GLIBCXX_USE_CXX11_ABI of the library (default: read off it with nm, else 1)
 //   CUDA_HOME        CUDA toolkit for cuda_fp16.h & co. (default /usr/local/cuda)
-// Feature flags (guided decoding, FinishReason::kCANCELLED, version.h) are read off the headers, so one
-// source file builds against every 1.x release.
+// Guided decoding (GuidedDecodingParams, 1.x) is detected in the headers, so one source file builds
+// against the 2024-10 upstream main and every 1.x release.
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -66,15 +66,12 @@ function trtllmVariables() {
   const cudaInclude = path.join(process.env.CUDA_HOME ?? '/usr/local/cuda', 'include')
   if (!existsSync(path.join(cudaInclude, 'cuda_fp16.h'))) fail(`no cuda_fp16.h in ${cudaInclude}; set CUDA_HOME`)
   const executor = readFileSync(executorH, 'utf8')
-  const types = readFileSync(path.join(root, 'include', 'tensorrt_llm', 'executor', 'types.h'), 'utf8')
   return {
     trtllm_root: root,
     trtllm_lib: lib,
     cuda_include: cudaInclude,
     trtllm_cxx11_abi: cxx11Abi(lib),
     trtllm_guided_decoding: /class GuidedDecodingParams\b/.test(executor) ? '1' : '0',
-    trtllm_finish_cancelled: /\bkCANCELLED\b/.test(types) ? '1' : '0',
-    trtllm_version_header: existsSync(path.join(root, 'include', 'tensorrt_llm', 'executor', 'version.h')) ? '1' : '0',
   }
 }
 

@@ -61,6 +61,16 @@ export interface NativeExecutorOptions {
   readonly deviceIds?: readonly number[]
   /** Iterations of statistics the executor keeps (default 1000). */
   readonly iterStatsMaxIterations?: number
+  /**
+   * Guided decoding (xgrammar), needed for `guidedJsonSchema` on builds with `capabilities.guidedDecoding`:
+   * the vocabulary as strings indexed by token id, the tokenizer.json text, and the ids that end a
+   * guided sequence.
+   */
+  readonly guidedDecoding?: {
+    readonly encodedVocab: readonly string[]
+    readonly tokenizerJson?: string
+    readonly stopTokenIds?: readonly number[]
+  }
   /** The fake's knobs (ignored by TensorRT-LLM). */
   readonly fake?: NativeFakeOptions
 }

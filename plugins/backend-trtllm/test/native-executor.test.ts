@@ -215,6 +215,33 @@ t.test('arguments are checked at the boundary, naming the field and the value', 
   }
   t.throws(() => ex.enqueue({ ...request([1]), guidedJsonSchema: '{}' }), { code: 'grammar_unsupported' })
   t.throws(() => ex.enqueue({ ...request([1]), maxTokens: -1 }), { code: 'native_error' })
+  const full = await loadTrtllm().create(
+    {
+      engineDir: '/x',
+      medusaChoices: [[0], [0, 0], [1]],
+      deviceIds: [0, 1],
+      tensorParallel: 2,
+      enableKvCacheBlockReuse: true,
+      enableChunkedContext: true,
+      kvCacheFreeGpuMemoryFraction: 0.5,
+      guidedDecoding: { encodedVocab: ['a', 'b'], tokenizerJson: '{}', stopTokenIds: [1] },
+    },
+    () => {},
+  )
+  await full.shutdown()
+  const badOptions: [Record<string, unknown>, RegExp][] = [
+    [{ medusaChoices: [[0], []] }, /medusa_choices\[1\]: a path needs at least 1 entry/],
+    [{ medusaChoices: [[-1]] }, /medusaChoices\[0\]\[0\]: expected an integer >= 0/],
+    [{ deviceIds: [0.5] }, /deviceIds\[0\]: expected an integer >= 0/],
+    [{ kvCacheFreeGpuMemoryFraction: 2 }, /kvCacheFreeGpuMemoryFraction: expected a number in \[0, 1\], got 2/],
+    [{ guidedDecoding: { encodedVocab: ['a', 3] } }, /guidedDecoding\.encodedVocab\[1\]: expected a string/],
+  ]
+  for (const [options, message] of badOptions) {
+    await t.rejects(
+      loadTrtllm().create({ engineDir: '/x', ...options }, () => {}),
+      { code: 'native_error', message },
+    )
+  }
   await t.rejects(
     loadTrtllm().create({ engineDir: '' }, () => {}),
     { code: 'native_error', message: /engine_dir: a directory is required/ },

@@ -121,6 +121,14 @@ typedef struct loom_trtllm_executor_options {
   size_t num_device_ids;
   /* Iterations of statistics the executor keeps. 0: 1000. */
   int32_t iter_stats_max_iterations;
+  /* Guided decoding (xgrammar), when the build has it: the tokenizer's vocabulary as the grammar backend
+   * sees it (guided_vocab_size NUL-terminated strings, index = token id), the tokenizer.json text (or NULL)
+   * and the ids that end a guided sequence. guided_vocab_size 0: guided decoding off for this executor. */
+  const char* const* guided_vocab;
+  size_t guided_vocab_size;
+  const char* guided_tokenizer_json;
+  const int32_t* guided_stop_token_ids;
+  size_t num_guided_stop_token_ids;
   /* Fake only (ignored by TensorRT-LLM): microseconds per generation step (0: 1000), tokens added to each
    * active request per step (0: 1), and the vocabulary size of its token function (0: 32000). */
   int32_t fake_step_us;
@@ -185,7 +193,7 @@ typedef struct loom_trtllm_request {
   int64_t lora_config_shape[2];
 
   /* Guided decoding: a JSON schema (NUL-terminated); NULL: none. UNSUPPORTED when the build has no
-   * guided decoding (loom_trtllm_capabilities). */
+   * guided decoding (loom_trtllm_capabilities) or the executor was created without guided_vocab. */
   const char* guided_json_schema;
 } loom_trtllm_request;
 

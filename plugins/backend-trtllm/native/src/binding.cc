@@ -319,8 +319,55 @@ bool convert_request(Reader& rd, const Napi::Object& o, ConvertedRequest* out) {
 struct ConvertedOptions {
   loom_trtllm_executor_options opts{};
   std::string engine_dir;
-  std::vector<int32_t> medusa_tokens, medusa_offsets, device_ids;
+  std::vector<int32_t> medusa_tokens, medusa_offsets, device_ids, guided_stop_ids;
+  std::vector<std::string> guided_vocab;
+  std::vector<const char*> guided_vocab_ptrs;
+  std::string guided_tokenizer;
 };
+
+// An array of integers in [0, 2^31) into `out`; `field` names it in the message.
+bool int_array(Reader& rd, Napi::Value v, const std::string& field, std::vector<int32_t>* out) {
+  if (!v.IsArray()) return rd.fail(field + ": expected an array of integers, got " + Reader::type_name(v));
+  Napi::Array a = v.As<Napi::Array>();
+  for (uint32_t i = 0; i < a.Length(); i++) {
+    Napi::Value e = a.Get(i);
+    const double x = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
+    if (!(x >= 0 && x <= 2147483647.0 && std::floor(x) == x))
+      return rd.fail(field + "[" + std::to_string(i) + "]: expected an integer >= 0");
+    out->push_back(int32_t(x));
+  }
+  return true;
+}
+
+bool convert_guided(Reader& rd, const Napi::Object& o, ConvertedOptions* out) {
+  Napi::Value gv = o.Get("guidedDecoding");
+  if (gv.IsUndefined()) return true;
+  if (!gv.IsObject()) return rd.fail("guidedDecoding: expected an object, got " + Reader::type_name(gv));
+  Napi::Object g = gv.As<Napi::Object>();
+  Napi::Value vv = g.Get("encodedVocab");
+  if (!vv.IsArray()) return rd.fail("guidedDecoding.encodedVocab: expected an array of strings, got " + Reader::type_name(vv));
+  Napi::Array vocab = vv.As<Napi::Array>();
+  out->guided_vocab.reserve(vocab.Length());
+  for (uint32_t i = 0; i < vocab.Length(); i++) {
+    Napi::Value e = vocab.Get(i);
+    if (!e.IsString()) return rd.fail("guidedDecoding.encodedVocab[" + std::to_string(i) + "]: expected a string");
+    out->guided_vocab.push_back(e.As<Napi::String>().Utf8Value());
+  }
+  for (const std::string& s : out->guided_vocab) out->guided_vocab_ptrs.push_back(s.c_str());
+  Napi::Value tv = g.Get("tokenizerJson");
+  if (!tv.IsUndefined()) {
+    if (!tv.IsString()) return rd.fail("guidedDecoding.tokenizerJson: expected a string, got " + Reader::type_name(tv));
+    out->guided_tokenizer = tv.As<Napi::String>().Utf8Value();
+    out->opts.guided_tokenizer_json = out->guided_tokenizer.c_str();
+  }
+  Napi::Value sv = g.Get("stopTokenIds");
+  if (!sv.IsUndefined() && !int_array(rd, sv, "guidedDecoding.stopTokenIds", &out->guided_stop_ids)) return false;
+  out->opts.guided_vocab = out->guided_vocab_ptrs.data();
+  out->opts.guided_vocab_size = out->guided_vocab_ptrs.size();
+  out->opts.guided_stop_token_ids = out->guided_stop_ids.data();
+  out->opts.num_guided_stop_token_ids = out->guided_stop_ids.size();
+  return true;
+}
 
 bool convert_options(Reader& rd, const Napi::Object& o, ConvertedOptions* out) {
   loom_trtllm_executor_options& x = out->opts;
@@ -384,18 +431,11 @@ bool convert_options(Reader& rd, const Napi::Object& o, ConvertedOptions* out) {
   }
   Napi::Value dv = o.Get("deviceIds");
   if (!dv.IsUndefined()) {
-    if (!dv.IsArray()) return rd.fail("deviceIds: expected an array of integers, got " + Reader::type_name(dv));
-    Napi::Array a = dv.As<Napi::Array>();
-    for (uint32_t i = 0; i < a.Length(); i++) {
-      Napi::Value e = a.Get(i);
-      const double v = e.IsNumber() ? e.As<Napi::Number>().DoubleValue() : -1;
-      if (!(v >= 0 && v <= 2147483647.0 && std::floor(v) == v))
-        return rd.fail("deviceIds[" + std::to_string(i) + "]: expected an integer >= 0");
-      out->device_ids.push_back(int32_t(v));
-    }
+    if (!int_array(rd, dv, "deviceIds", &out->device_ids)) return false;
     x.device_ids = out->device_ids.data();
     x.num_device_ids = out->device_ids.size();
   }
+  if (!convert_guided(rd, o, out)) return false;
   Napi::Value fv = o.Get("fake");
   if (!fv.IsUndefined()) {
     if (!fv.IsObject()) return rd.fail("fake: expected an object, got " + Reader::type_name(fv));

@@ -38,8 +38,10 @@
 
 #include "loom-trtllm.h"
 #include "request-check.h"
+#include "response-batch.h"
 
 using loom_trtllm::fail;
+using loom_trtllm::OwnedResponse;
 
 namespace {
 
@@ -75,26 +77,6 @@ uint32_t float_bits(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-
-// A response as the worker builds it; await turns a batch of these into the ABI's view.
-struct OwnedResponse {
-  uint64_t request_id = 0;
-  bool has_client_id = false;
-  uint64_t client_id = 0;
-  std::vector<int32_t> tokens;
-  std::vector<float> log_probs;
-  bool has_log_probs = false;
-  bool is_final = false;
-  loom_trtllm_finish_reason reason = LOOM_TRTLLM_FINISH_NOT_FINISHED;
-  loom_trtllm_error_kind error_kind = LOOM_TRTLLM_ERROR_NONE;
-  std::string error;
-};
-
-// The ABI batch: a loom_trtllm_responses whose items point into the owned responses.
-struct Batch : loom_trtllm_responses {
-  std::vector<OwnedResponse> owned;
-  std::vector<loom_trtllm_response> views;
-};
 
 struct CachedTask {
   int64_t rows = 0;        // module-layers (config rows) it occupies
@@ -413,41 +395,20 @@ loom_trtllm_status loom_trtllm_enqueue(loom_trtllm_executor* ex, const loom_trtl
 loom_trtllm_status loom_trtllm_await(loom_trtllm_executor* ex, int32_t timeout_ms, loom_trtllm_responses** out,
                                      char* err, size_t err_size) {
   if (!ex || !out) return fail(LOOM_TRTLLM_INVALID_ARGUMENT, err, err_size, "executor and out are required");
-  auto batch = std::make_unique<Batch>();
-  batch->items = nullptr;
-  batch->count = 0;
+  std::vector<OwnedResponse> owned;
   bool done = false;
   {
     std::unique_lock<std::mutex> lock(ex->mu);
     ex->ready_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms),
                           [ex] { return !ex->ready.empty() || ex->stopped; });
-    batch->owned.assign(std::make_move_iterator(ex->ready.begin()), std::make_move_iterator(ex->ready.end()));
+    owned.assign(std::make_move_iterator(ex->ready.begin()), std::make_move_iterator(ex->ready.end()));
     ex->ready.clear();
-    done = ex->stopped && batch->owned.empty();
+    done = ex->stopped && owned.empty();
   }
-  batch->views.reserve(batch->owned.size());
-  for (const OwnedResponse& o : batch->owned) {
-    loom_trtllm_response v{};
-    v.request_id = o.request_id;
-    v.has_client_id = o.has_client_id;
-    v.client_id = o.client_id;
-    v.tokens = o.tokens.data();
-    v.num_tokens = o.tokens.size();
-    v.log_probs = o.has_log_probs ? o.log_probs.data() : nullptr;
-    v.is_final = o.is_final;
-    v.finish_reason = o.reason;
-    v.error_kind = o.error_kind;
-    v.error = o.error_kind == LOOM_TRTLLM_ERROR_NONE ? nullptr : o.error.c_str();
-    batch->views.push_back(v);
-  }
-  batch->items = batch->views.data();
-  batch->count = batch->views.size();
-  *out = batch.release();
+  *out = loom_trtllm::make_batch(std::move(owned));
   if (done) return fail(LOOM_TRTLLM_SHUT_DOWN, err, err_size, "the executor was shut down");
   return LOOM_TRTLLM_OK;
 }
-
-void loom_trtllm_responses_free(loom_trtllm_responses* responses) { delete static_cast<Batch*>(responses); }
 
 loom_trtllm_status loom_trtllm_cancel(loom_trtllm_executor* ex, uint64_t request_id, char* err, size_t err_size) {
   if (!ex) return fail(LOOM_TRTLLM_INVALID_ARGUMENT, err, err_size, "executor is required");

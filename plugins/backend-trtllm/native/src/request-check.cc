@@ -160,6 +160,11 @@ std::string check_options(const loom_trtllm_executor_options& o) {
   for (size_t i = 0; i < o.num_device_ids; i++)
     if (o.device_ids[i] < 0) return "device_ids[" + std::to_string(i) + "]: must be >= 0; got " + std::to_string(o.device_ids[i]);
   if (o.iter_stats_max_iterations < 0) return "iter_stats_max_iterations: must be >= 0";
+  if (o.guided_vocab_size > 0 && !o.guided_vocab) return "guided_vocab: required when guided_vocab_size > 0";
+  for (size_t i = 0; i < o.guided_vocab_size; i++)
+    if (!o.guided_vocab[i]) return "guided_vocab[" + std::to_string(i) + "]: NULL";
+  if (o.num_guided_stop_token_ids > 0 && !o.guided_stop_token_ids)
+    return "guided_stop_token_ids: required when num_guided_stop_token_ids > 0";
   if (o.fake_step_us < 0 || o.fake_tokens_per_step < 0 || o.fake_vocab_size < 0)
     return "fake_step_us/fake_tokens_per_step/fake_vocab_size: must be >= 0";
   return "";
