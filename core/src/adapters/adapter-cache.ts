@@ -7,15 +7,18 @@ import type { ResolvedAdapter } from '../contracts/adapter.ts'
 import type { Logger } from '../contracts/logger.ts'
 import { LoomError, isLoomError } from '../errors/index.ts'
 import type { Metrics } from '../metrics/index.ts'
+import { DownloadProgress, type DownloadStatus } from './download-progress.ts'
 import { bytesUnder, findDownloadProblem } from './file-checks.ts'
 import { lifetimeController, scopedSignal } from './scoped-signal.ts'
 
 const COMPLETE_MARKER = '.loom-complete'
 /** Written next to the marker: which adapter a cache directory holds (directory names are lossy). */
 const IDENTITY_FILE = '.loom-adapter.json'
-/** Adapters at least this large get progress lines in the log while they download. */
-const PROGRESS_MIN_BYTES = 16 * 1024 * 1024
-const PROGRESS_EVERY_MS = 2000
+/**
+ * How often a download's bytes are measured and logged: a download still running after a second
+ * logs a line a second (bytes, rate, time left); a quick one logs none.
+ */
+const PROGRESS_EVERY_MS = 1000
 /** A temporary download directory untouched this long belongs to a process that died. */
 const STALE_TEMPORARY_MS = 6 * 60 * 60 * 1000
 
@@ -54,6 +57,8 @@ export interface AdapterCacheOptions {
 export class AdapterCache {
   readonly #options: AdapterCacheOptions
   readonly #inflight = new Map<string, Promise<string>>()
+  /** Downloads in flight (one attempt each), for `downloads()`. */
+  readonly #progress = new Set<DownloadProgress>()
   /** Cache directories whose files were checked against their source's sizes and checksums. */
   readonly #verified = new Set<string>()
   #sweepOnce: Promise<void> | null = null
@@ -190,26 +195,47 @@ export class AdapterCache {
     }
   }
 
-  /** Log bytes received every few seconds for large adapters; returns the stopper. */
+  /** Downloads in flight now, oldest first. */
+  downloads(): DownloadStatus[] {
+    return [...this.#progress].map((p) => p.status())
+  }
+
+  /**
+   * Track one download attempt for `downloads()`, measuring the bytes under `tmp` every second,
+   * and log its bytes, rate and time left each time; returns the stopper.
+   */
   #reportProgress(resolved: ResolvedAdapter, tmp: string): () => void {
     const total = resolved.files.reduce((sum, f) => sum + (f.size ?? 0), 0)
-    if (total < PROGRESS_MIN_BYTES) return () => undefined
+    const { source, id, revision } = resolved
+    const progress = new DownloadProgress({ source, id, revision }, total)
+    this.#progress.add(progress)
+    let stopped = false
     const timer = setInterval(() => {
-      void bytesUnder(tmp).then((done) =>
+      void bytesUnder(tmp).then((done) => {
+        // A measurement that finishes after the download did is not news.
+        if (stopped) return
+        progress.observe(done)
+        const s = progress.status()
         this.#options.logger.info(
           {
             adapter: resolved.id,
             source: resolved.source,
-            bytes: done,
+            bytes: s.bytes,
             total,
-            percent: Math.floor((100 * done) / total),
+            percent: s.percent,
+            bytes_per_second: s.bytesPerSecond,
+            eta_s: s.etaSeconds,
           },
           'downloading adapter',
-        ),
-      )
+        )
+      })
     }, PROGRESS_EVERY_MS)
     timer.unref()
-    return () => clearInterval(timer)
+    return () => {
+      stopped = true
+      clearInterval(timer)
+      this.#progress.delete(progress)
+    }
   }
 }
 

@@ -6,6 +6,7 @@ import type { Backend } from '../contracts/backend.ts'
 import type { Logger } from '../contracts/logger.ts'
 import { LoomError } from '../errors/index.ts'
 import type { AdapterCache } from './adapter-cache.ts'
+import type { DownloadStatus } from './download-progress.ts'
 import type { AuthGate } from './auth-gate.ts'
 import { lifetimeController, scopedSignal, type ScopedSignal } from './scoped-signal.ts'
 import { AdapterMerger, type MergeInput } from './merge/adapter-merger.ts'
@@ -60,6 +61,11 @@ export class AdapterManager {
       pathFor: (resolved) => deps.cache.pathFor(resolved),
       logger: deps.logger,
     })
+  }
+
+  /** Adapter downloads in flight, with their progress (see `AdapterCache.downloads`). */
+  downloads(): DownloadStatus[] {
+    return this.#deps.cache.downloads()
   }
 
   /**

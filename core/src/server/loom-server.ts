@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs'
 import type { DestinationStream } from 'pino'
+import type { DownloadStatus } from '../adapters/download-progress.ts'
 import { AdapterCache } from '../adapters/adapter-cache.ts'
 import { AdapterManager, type KnownAdapter } from '../adapters/adapter-manager.ts'
 import { AuthGate } from '../adapters/auth-gate.ts'
@@ -32,6 +33,7 @@ import { XGrammarConstraintFactory } from '../structured/index.ts'
 import { LOOM_VERSION } from '../version.ts'
 import { readEosTokenIds } from './model-generation-config.ts'
 import { resolveLimits } from './resolve-limits.ts'
+import { StartupPhases } from './startup-phases.ts'
 import { LORA_CONFIG_FILE } from '../sources/adapter-files.ts'
 
 export interface LoomServerOptions {
@@ -44,6 +46,8 @@ export interface ServingState {
   readonly generation: GenerationService
   readonly limits: RequestLimits
   readonly knownAdapters: () => Promise<readonly KnownAdapter[]>
+  /** Adapter downloads in flight, with their progress. */
+  readonly downloads: () => readonly DownloadStatus[]
 }
 
 /** Parses adapter files into weights for the engine (after shape validation against the model). */
@@ -228,7 +232,8 @@ export class LoomServer {
 
   async #start(): Promise<void> {
     const config = this.#config
-    await this.backend.start()
+    const phases = new StartupPhases(this.logger)
+    await phases.run('weights', 'loading the model weights', () => this.backend.start())
     const limits = resolveLimits(config, this.backend.capabilities())
     const logger = this.logger.child({ component: 'adapters' })
     const cache = new AdapterCache({
@@ -270,7 +275,9 @@ export class LoomServer {
         throw new LoomError('adapter_invalid', { id, detail: 'this backend cannot run Medusa heads' })
       }
       const ref = { source: medusa.source ?? config.adapters.default_source, id }
-      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000))
+      const { handle } = await phases.run('speculator', `loading the Medusa heads ${id}`, () =>
+        adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000)),
+      )
       if (handle.kind !== 'medusa') {
         throw new LoomError('adapter_invalid', { id, detail: 'speculation.medusa_adapter is not a Medusa adapter' })
       }
@@ -298,30 +305,37 @@ export class LoomServer {
       source: entry.source ?? config.adapters.default_source,
       id: entry.id,
     }))
-    for (const [index, ref] of preloaded.entries()) {
-      const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000)).catch((err) => {
-        // Name the configuration entry: the adapter's own error reads like a request's.
-        throw new LoomError(
-          'config_invalid',
-          {
-            file: config.file,
-            path: `adapters.preload[${index}]`,
-            expected: `cannot be preloaded with the server's own credentials (${err instanceof Error ? err.message : String(err)})`,
-            received: JSON.stringify(ref),
-          },
-          { cause: err },
-        )
-      })
-      loaded.set(handle.key, handle.kind)
-      logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
+    const preload = async () => {
+      for (const [index, ref] of preloaded.entries()) {
+        const { handle } = await adapters.acquire(ref, undefined, AbortSignal.timeout(30 * 60 * 1000)).catch((err) => {
+          // Name the configuration entry: the adapter's own error reads like a request's.
+          throw new LoomError(
+            'config_invalid',
+            {
+              file: config.file,
+              path: `adapters.preload[${index}]`,
+              expected: `cannot be preloaded with the server's own credentials (${err instanceof Error ? err.message : String(err)})`,
+              received: JSON.stringify(ref),
+            },
+            { cause: err },
+          )
+        })
+        loaded.set(handle.key, handle.kind)
+        logger.info({ adapter: handle.key, kind: handle.kind }, 'preloaded adapter')
+      }
     }
+    if (preloaded.length > 0) await phases.run('preload', `preloading ${preloaded.length} adapter(s)`, preload)
     const sources = this.#container.adapterSources()
     this.#state = {
       generation,
       limits,
       knownAdapters: async () => loraAdapters(await adapters.known(preloaded), sources, loaded, logger),
+      downloads: () => adapters.downloads(),
     }
-    this.logger.info({ model: config.model.id, backend: this.backend.capabilities().name }, 'model ready')
+    this.logger.info(
+      { model: config.model.id, backend: this.backend.capabilities().name, ...phases.summary() },
+      'model ready',
+    )
   }
 
   #info(): InfoResponse {

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { LoomError } from '../../errors/index.ts'
+import type { DownloadStatus } from '../../adapters/download-progress.ts'
 import type { OpenAiRouteDeps } from './openai-route-deps.ts'
 
 /**
@@ -13,23 +14,41 @@ async function modelEntries(deps: OpenAiRouteDeps) {
   const adapters = (await deps.state()?.knownAdapters()) ?? []
   return [
     { id: deps.modelId, object: 'model', created: deps.createdAt, owned_by: 'loom' },
-    ...adapters.map((a) => ({
-      id: a.id,
-      object: 'model',
-      created: deps.createdAt,
-      owned_by: 'loom',
-      parent: deps.modelId,
-      adapter_source: a.source,
-      revision: a.revision,
-    })),
+    ...adapters.map((a) => adapterEntry(deps, a)),
   ]
+}
+
+function adapterEntry(deps: OpenAiRouteDeps, a: { id: string; source: string; revision: string | null }) {
+  return {
+    id: a.id,
+    object: 'model',
+    created: deps.createdAt,
+    owned_by: 'loom',
+    parent: deps.modelId,
+    adapter_source: a.source,
+    revision: a.revision,
+  }
+}
+
+/** A download in flight, as `/v1/models/{id}` shows it. */
+function downloadJson(d: DownloadStatus) {
+  return {
+    status: 'downloading',
+    bytes: d.bytes,
+    total_bytes: d.totalBytes,
+    percent: d.percent,
+    bytes_per_second: d.bytesPerSecond,
+    eta_s: d.etaSeconds,
+    started_at: d.startedAt,
+  }
 }
 
 /**
  * `GET /v1/models` (the list) and `GET /v1/models/{id}` (one entry of it). Ids may hold slashes
  * (hub ids are `org/name`), sent as is or encoded (`org%2Fname`, as the SDKs send them), so the id is
  * the whole rest of the path. When two sources know the same id, the first listed is answered. An id
- * the list leaves out (a Medusa head's) is a 404, as in vLLM, so retrieving agrees with listing.
+ * the list leaves out (a Medusa head's) is a 404, as in vLLM, so retrieving agrees with listing;
+ * except an adapter being downloaded right now, shown with `download` (bytes, total, rate, ETA).
  */
 export function modelsRoute(deps: OpenAiRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
@@ -37,8 +56,14 @@ export function modelsRoute(deps: OpenAiRouteDeps) {
     app.get('/v1/models/*', async (request) => {
       const id = (request.params as { '*': string })['*']
       const entry = (await modelEntries(deps)).find((m) => m.id === id)
-      if (!entry) throw new LoomError('model_not_found', { id }, { param: 'model' })
-      return entry
+      // An adapter being fetched (a first request for a large hub adapter) is shown with its progress.
+      const download = deps
+        .state()
+        ?.downloads()
+        .find((d) => d.id === id)
+      if (!entry && !download) throw new LoomError('model_not_found', { id }, { param: 'model' })
+      if (!download) return entry
+      return { ...(entry ?? adapterEntry(deps, download)), download: downloadJson(download) }
     })
   }
 }

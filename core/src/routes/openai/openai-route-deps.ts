@@ -3,6 +3,7 @@ import { LoomError } from '../../errors/index.ts'
 import type { RequestLimits } from '../../generation/generation-request.ts'
 import type { GenerationService } from '../../generation/generation-service.ts'
 import type { KnownAdapter } from '../../adapters/adapter-manager.ts'
+import type { DownloadStatus } from '../../adapters/download-progress.ts'
 import { bearerToken } from '../bearer-token.ts'
 import type { OpenAiParseContext } from './parse-openai-common.ts'
 
@@ -13,6 +14,8 @@ export interface OpenAiRouteDeps {
     readonly generation: GenerationService
     readonly limits: RequestLimits
     readonly knownAdapters: () => Promise<readonly KnownAdapter[]>
+    /** Adapter downloads in flight, for `/v1/models/{id}`. */
+    readonly downloads: () => readonly DownloadStatus[]
   } | null
   readonly defaultSource: string
   readonly modelId: string
