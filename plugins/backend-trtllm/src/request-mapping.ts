@@ -29,8 +29,9 @@ export function checkSupported(request: BackendRequest, guidedDecoding: boolean)
 
 /**
  * TensorRT-LLM's sampling for the core's. Greedy (temperature 0) is `topK 1` at temperature 1: the
- * executor needs a positive temperature, and top-1 takes the argmax whatever the temperature.
- * Repetition, presence and frequency penalties go to the executor's fields of the same names.
+ * executor needs a positive temperature, and top-1 takes the argmax whatever the temperature; it
+ * draws nothing at random, so no seed is sent (the core gives every request one). Repetition,
+ * presence and frequency penalties go to the executor's fields of the same names.
  */
 export function toNativeSampling(request: BackendRequest): NativeSampling {
   const s = request.sampling
@@ -43,7 +44,7 @@ export function toNativeSampling(request: BackendRequest): NativeSampling {
     repetitionPenalty: s.repetitionPenalty,
     presencePenalty: s.presencePenalty,
     frequencyPenalty: s.frequencyPenalty,
-    seed: s.seed,
+    ...(greedy ? {} : { seed: s.seed }),
   }
 }
 

@@ -122,11 +122,12 @@ export { collect, idsOf as tokenIds, makeRequest as backendRequest } from '../..
  * `taskId` for its LoRA (0 for the base model).
  */
 export function expectedTokens(request: BackendRequest, vocabSize: number, taskId = 0, count?: number): number[] {
-  const temperature = request.sampling.temperature === 0 ? 1 : request.sampling.temperature
+  // Greedy goes as top-1 at temperature 1, without a seed (see the mapping).
+  const greedy = request.sampling.temperature === 0
+  const temperature = greedy ? 1 : request.sampling.temperature
+  const seed = greedy ? 0n : request.sampling.seed
   return Array.from(
     { length: count ?? request.maxNewTokens },
-    (_, position) =>
-      fakeToken({ inputIds: request.inputIds, taskId, seed: request.sampling.seed, temperature, position }, vocabSize)
-        .token,
+    (_, position) => fakeToken({ inputIds: request.inputIds, taskId, seed, temperature, position }, vocabSize).token,
   )
 }
