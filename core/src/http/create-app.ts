@@ -12,6 +12,7 @@ import type {} from './fastify-decorations.ts'
 import type { InfoResponse } from './info-response.ts'
 import { DEFAULT_HTTP_TIMEOUTS, serverTimeoutOptions, type HttpTimeouts } from './http-timeouts.ts'
 import { installJsonBodyParser } from './json-body-parser.ts'
+import { registerOpenApi } from './openapi/register-openapi.ts'
 import { registerSystemRoutes } from './system-routes.ts'
 
 // @fastify/sse is CommonJS: its `module.exports` is the plugin wrapped with fastify-plugin (so its
@@ -58,12 +59,14 @@ function requestIdOf(req: IncomingMessage): string {
 /**
  * Create the server's fastify instance with JSON-only body parsing, request ids (echoed in
  * `x-request-id`), @fastify/sse, the error and not-found handlers of both API families, and
- * `GET /health`, `/info` and `/metrics`.
+ * `GET /health`, `/info` and `/metrics`, and the OpenAPI document of every route (`/openapi.json`,
+ * Swagger UI at `/docs`).
  *
  * Later modules add routes with `app.register(plugin)`: the error handlers are set on the root
  * before any of them, so every route gets Loom's error shapes, and @fastify/sse is loaded by the
  * time this resolves, so a route may declare `sse: 'manual'`. Mark generation routes with
- * `config: { generation: true }` to have them counted in `loom_request_*`.
+ * `config: { generation: true }` to have them counted in `loom_request_*`, and document each with
+ * `config: { openapi: … }` (a `RouteDoc`).
  */
 export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
   const timeouts = deps.config.timeouts ?? DEFAULT_HTTP_TIMEOUTS
@@ -104,6 +107,7 @@ export async function createHttpApp(deps: HttpAppDeps): Promise<HttpApp> {
   })
 
   await app.register(fastifySSE, { heartbeatInterval: deps.config.sseHeartbeatMs ?? 15_000 })
+  await registerOpenApi(app)
   registerSystemRoutes(app, deps)
   return app
 }

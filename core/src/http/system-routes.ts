@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import { LoomError } from '../errors/loom-error.ts'
 import type { Metrics } from '../metrics/create-metrics.ts'
 import type { InfoResponse } from './info-response.ts'
+import { healthDoc, infoDoc, metricsDoc } from './openapi/system-docs.ts'
 
 export interface SystemRoutesDeps {
   isReady(): boolean
@@ -19,17 +20,17 @@ export interface SystemRoutesDeps {
 export function registerSystemRoutes(app: FastifyInstance, deps: SystemRoutesDeps): void {
   const notReady = () => new LoomError('backend_not_ready')
 
-  app.get('/health', async (_request, reply) => {
+  app.get('/health', { config: { openapi: healthDoc } }, async (_request, reply) => {
     if (!deps.isReady()) throw notReady()
     return reply.code(200).send()
   })
 
-  app.get('/info', async () => {
+  app.get('/info', { config: { openapi: infoDoc } }, async () => {
     if (!deps.isReady()) throw notReady()
     return deps.info()
   })
 
-  app.get('/metrics', async (_request, reply) => {
+  app.get('/metrics', { config: { openapi: metricsDoc } }, async (_request, reply) => {
     const text = await deps.metrics.registry.metrics()
     return reply.type(deps.metrics.registry.contentType).send(text)
   })

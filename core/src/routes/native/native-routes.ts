@@ -9,6 +9,7 @@ import type {
 import type { RequestLimits } from '../../generation/generation-request.ts'
 import { LoomError } from '../../errors/index.ts'
 import { SseWriter, countOutcome, reportStreamCancelled, sendStreamError } from '../../http/index.ts'
+import { compatDoc, generateDoc, generateStreamDoc } from '../../http/openapi/native-docs.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { bearerToken } from '../bearer-token.ts'
 import { compatStream, parseGenerateBody, type NativeGenerateRequest } from './parse-generate-body.ts'
@@ -154,9 +155,13 @@ export function nativeRoutes(deps: NativeRouteDeps) {
       }
     }
 
-    app.post('/generate', { config: { generation: true } }, generate)
-    app.post('/generate_stream', { sse: 'manual', config: { generation: true } }, generateStream)
-    app.post('/', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
+    app.post('/generate', { config: { generation: true, openapi: generateDoc } }, generate)
+    app.post(
+      '/generate_stream',
+      { sse: 'manual', config: { generation: true, openapi: generateStreamDoc } },
+      generateStream,
+    )
+    app.post('/', { sse: 'manual', config: { generation: true, openapi: compatDoc } }, async (request, reply) => {
       if (compatStream(request.body)) return generateStream(request, reply)
       return [await generate(request, reply)]
     })

@@ -1,5 +1,6 @@
 import type {} from '@fastify/sse'
 import type { FastifyInstance } from 'fastify'
+import { chatCompletionsDoc } from '../../http/openapi/openai-docs.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { chatStreamShape } from './chat-stream-shape.ts'
 import { chatLogprobs, completionId, nowSeconds, openAiFinishReason, placedTokens, usageOf } from './openai-shapes.ts'
@@ -12,7 +13,8 @@ import { recordSuccess, streamChoices } from './stream-choices.ts'
 /** `POST /v1/chat/completions`: OpenAI's chat shapes, streaming and not, with `n` choices. */
 export function chatRoute(deps: OpenAiRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
-    app.post('/v1/chat/completions', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
+    const config = { generation: true, openapi: chatCompletionsDoc }
+    app.post('/v1/chat/completions', { sse: 'manual', config }, async (request, reply) => {
       const chat = parseChatBody(request.body, parseContext(deps, request))
       const abort = abortOnDisconnect(reply)
       try {

@@ -1,6 +1,7 @@
 import type {} from '@fastify/sse'
 import type { FastifyInstance } from 'fastify'
 import type { GenerationResult, StartedGeneration } from '../../generation/generation-service.ts'
+import { completionsDoc } from '../../http/openapi/openai-docs.ts'
 import { abortOnDisconnect } from '../abort-on-disconnect.ts'
 import { choiceLogprobs } from './completion-logprobs.ts'
 import { completionsStreamShape } from './completions-stream-shape.ts'
@@ -22,7 +23,8 @@ function choiceText(request: CompletionsRequest, started: StartedGeneration, res
 /** `POST /v1/completions`: plain prompts (no template), one or many, each with `n` choices. */
 export function completionsRoute(deps: OpenAiRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
-    app.post('/v1/completions', { sse: 'manual', config: { generation: true } }, async (request, reply) => {
+    const config = { generation: true, openapi: completionsDoc }
+    app.post('/v1/completions', { sse: 'manual', config }, async (request, reply) => {
       const body = parseCompletionsBody(request.body, parseContext(deps, request))
       const abort = abortOnDisconnect(reply)
       try {

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import { LoomError } from '../../errors/index.ts'
+import { listModelsDoc, retrieveModelDoc } from '../../http/openapi/openai-docs.ts'
 import type { DownloadStatus } from '../../adapters/download-progress.ts'
 import type { OpenAiRouteDeps } from './openai-route-deps.ts'
 
@@ -52,8 +53,11 @@ function downloadJson(d: DownloadStatus) {
  */
 export function modelsRoute(deps: OpenAiRouteDeps) {
   return async function register(app: FastifyInstance): Promise<void> {
-    app.get('/v1/models', async () => ({ object: 'list', data: await modelEntries(deps) }))
-    app.get('/v1/models/*', async (request) => {
+    app.get('/v1/models', { config: { openapi: listModelsDoc } }, async () => ({
+      object: 'list',
+      data: await modelEntries(deps),
+    }))
+    app.get('/v1/models/*', { config: { openapi: retrieveModelDoc } }, async (request) => {
       const id = (request.params as { '*': string })['*']
       const entry = (await modelEntries(deps)).find((m) => m.id === id)
       // An adapter being fetched (a first request for a large hub adapter) is shown with its progress.
