@@ -247,7 +247,7 @@ class Device {
   virtual void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) = 0;
 
   // The engine's greedy choice per logits row: the first maximum, NaN never chosen.
-  // Semantics: for t<T: m = max over i<V of the non-NaN x[t*ld+i];
+  // Semantics: for t<T: m = max over i<V of the non-NaN x[t*ld+i] (-inf if there are none);
   //   out[t] = (m > -inf) ? the smallest i with x[t*ld+i] == m : -1
   // x [T, ld], out [T] int32
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;
