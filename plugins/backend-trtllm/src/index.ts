@@ -28,6 +28,7 @@ export default definePlugin({
     const backend = new TrtllmBackend({
       addon,
       engineDir: path.resolve(ctx.server.configDir, options.engine_dir),
+      modelDir: ctx.server.modelPath,
       options,
       logger: ctx.logger,
     })

@@ -33,6 +33,7 @@ import {
   type ModelSpec,
 } from '@loom/core'
 import { readEngineConfig, type EngineFacts } from './engine-config.ts'
+import { readGuidedVocab } from './guided-vocab.ts'
 import { LORA_NOT_CACHED, LoraRegistry, type LoraEntry } from './lora-registry.ts'
 import type { NativeExecutor, NativeResponse, TrtllmAddon } from './native-api.ts'
 import { checkSupported, guidedJsonSchema, toFinishReason, toNativeRequest } from './request-mapping.ts'
@@ -43,6 +44,8 @@ export interface TrtllmBackendInit {
   readonly addon: TrtllmAddon
   /** Absolute path of the engine directory. */
   readonly engineDir: string
+  /** The model directory the core serves (its tokenizer feeds guided decoding). */
+  readonly modelDir: string
   readonly options: TrtllmOptions
   readonly logger: Logger
   /** Clock in milliseconds (tests inject one). */
@@ -86,6 +89,7 @@ const CACHE_FULL_RETRY_MS = 50
 export class TrtllmBackend implements Backend {
   readonly #addon: TrtllmAddon
   readonly #engineDir: string
+  readonly #modelDir: string
   readonly #options: TrtllmOptions
   readonly #logger: Logger
   readonly #now: () => number
@@ -107,6 +111,7 @@ export class TrtllmBackend implements Backend {
   constructor(init: TrtllmBackendInit) {
     this.#addon = init.addon
     this.#engineDir = init.engineDir
+    this.#modelDir = init.modelDir
     this.#options = init.options
     this.#logger = init.logger
     this.#now = init.now ?? (() => performance.now())
@@ -137,13 +142,18 @@ export class TrtllmBackend implements Backend {
       throw refuse(`guided_decoding is on, but this ${native.impl} build (${native.version}) has no guided decoding`)
     }
     const loraModules = engine.loraTargetModules.length
+    const guided = options.guided_decoding ? await readGuidedVocab(this.#modelDir, engine.vocabSize) : undefined
     const executor = await this.#addon.create(
-      executorOptions(options, {
-        engineDir: this.#engineDir,
-        moduleLayersPerAdapter: loraModules * engine.numLayers,
-        medusa: engine.medusaHeads > 0,
-        vocabSize: engine.vocabSize,
-      }),
+      executorOptions(
+        options,
+        {
+          engineDir: this.#engineDir,
+          moduleLayersPerAdapter: loraModules * engine.numLayers,
+          medusa: engine.medusaHeads > 0,
+          vocabSize: engine.vocabSize,
+        },
+        guided,
+      ),
       (responses) => this.#onResponses(responses),
     )
     if (this.#closing) {

@@ -4,6 +4,7 @@
  * here, so every release runs with the same behaviour.
  */
 import { DEFAULT_MEDUSA_CHOICES, z } from '@loom/core'
+import type { GuidedVocab } from './guided-vocab.ts'
 import type { NativeExecutorOptions } from './native-api.ts'
 
 const positiveInt = z.number().int().min(1)
@@ -99,8 +100,15 @@ export interface ExecutorSizing {
   readonly vocabSize: number
 }
 
-/** Translate validated options into the addon's executor options. */
-export function executorOptions(options: TrtllmOptions, sizing: ExecutorSizing): NativeExecutorOptions {
+/**
+ * Translate validated options into the addon's executor options; `guided` is the tokenizer's
+ * vocabulary for guided decoding (when `guided_decoding` is on).
+ */
+export function executorOptions(
+  options: TrtllmOptions,
+  sizing: ExecutorSizing,
+  guided?: GuidedVocab,
+): NativeExecutorOptions {
   const { kv_cache: kv, lora_cache: lora } = options
   const adapters = lora.max_adapters
   return {
@@ -121,6 +129,7 @@ export function executorOptions(options: TrtllmOptions, sizing: ExecutorSizing):
     tensorParallel: options.tensor_parallel,
     pipelineParallel: options.pipeline_parallel,
     ...(options.device_ids !== undefined ? { deviceIds: options.device_ids } : {}),
+    ...(guided !== undefined ? { guidedDecoding: guided } : {}),
     fake: {
       vocabSize: sizing.vocabSize,
       ...(options.fake?.step_us !== undefined ? { stepUs: options.fake.step_us } : {}),

@@ -34,25 +34,35 @@ export function memoryLogger(lines: { level: string; msg: string; obj: object }[
   return logger
 }
 
-/** The addon with every `enqueue` recorded (the executor itself is the real fake). */
-export function recordingAddon(addon: TrtllmAddon): {
+/**
+ * The addon with every `create` and `enqueue` recorded (the executor itself is the real fake).
+ * `pretendGuided` claims guided decoding, which the fake lacks: the schema and vocabulary are
+ * recorded and not passed on, so the backend's side of guided decoding can be checked.
+ */
+export function recordingAddon(
+  addon: TrtllmAddon,
+  pretendGuided = false,
+): {
   addon: TrtllmAddon
   enqueued: NativeRequest[]
   created: NativeExecutorOptions[]
 } {
   const enqueued: NativeRequest[] = []
   const created: NativeExecutorOptions[] = []
+  const strip = pretendGuided && !addon.capabilities.guidedDecoding
   return {
     enqueued,
     created,
     addon: {
-      capabilities: addon.capabilities,
+      capabilities: { ...addon.capabilities, guidedDecoding: addon.capabilities.guidedDecoding || pretendGuided },
       async create(options, onResponses) {
         created.push(options)
-        const executor = await addon.create(options, onResponses)
+        const { guidedDecoding: _vocab, ...withoutVocab } = options
+        const executor = await addon.create(strip ? withoutVocab : options, onResponses)
         const recording: NativeExecutor = {
           enqueue(request) {
-            const id = executor.enqueue(request)
+            const { guidedJsonSchema: _schema, ...withoutSchema } = request
+            const id = executor.enqueue(strip ? withoutSchema : request)
             enqueued.push(request)
             return id
           },
@@ -83,14 +93,16 @@ export async function startHarness(
   dir: string,
   options: Omit<TrtllmOptionsInput, 'engine_dir'> = {},
   engine: EngineFixtureOptions = {},
+  pretendGuided = false,
 ): Promise<Harness> {
   const model = await buildModel(join(dir, 'model'), { numLayers: 2, hiddenSize: 32, intermediateSize: 48 })
   const engineDir = writeEngineConfig(join(dir, 'engine'), model, engine)
-  const { addon, enqueued, created } = recordingAddon(loadTrtllm())
+  const { addon, enqueued, created } = recordingAddon(loadTrtllm(), pretendGuided)
   const logs: Harness['logs'] = []
   const backend = new TrtllmBackend({
     addon,
     engineDir,
+    modelDir: join(dir, 'model'),
     options: trtllmOptionsSchema.parse({ engine_dir: engineDir, allow_fake: true, ...options }),
     logger: memoryLogger(logs),
   })

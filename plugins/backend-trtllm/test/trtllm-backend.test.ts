@@ -11,6 +11,7 @@ import {
   type AdapterHandle,
   type GenerationEvent,
   type LocalAdapter,
+  type TokenConstraint,
 } from '@loom/core'
 import { buildMedusaAdapter } from '../../../core/test/engine/medusa-fixtures.ts'
 import { loraTaskId } from '../src/lora-task-id.ts'
@@ -223,6 +224,26 @@ t.test("Medusa: the engine's heads, the default tree, a Medusa adapter that name
   t.same(custom.created[0]!.medusaChoices, tree)
   const plain = await withHarness(t, { medusa_choices: tree })
   t.notOk('medusaChoices' in plain.created[0]!, 'no tree for an engine without heads')
+})
+
+t.test("guided decoding: the vocabulary at start, the request's schema as data", async (t) => {
+  const h = await startHarness(t.testdir(), { guided_decoding: true }, {}, true)
+  t.teardown(() => h.backend.close())
+  t.equal(h.backend.capabilities().structuredOutput, true)
+  const vocab = h.created[0]!.guidedDecoding!
+  t.equal(vocab.encodedVocab.length, h.model.vocab_size)
+  t.equal(vocab.encodedVocab[h.model.eos_token_id], '<|eos|>')
+  t.same(vocab.stopTokenIds, [h.model.eos_token_id])
+  t.match(JSON.parse(vocab.tokenizerJson!), { model: { type: 'BPE' } })
+  const schema = { type: 'object', properties: { n: { type: 'integer' } } }
+  const request = backendRequest({
+    constraint: {} as TokenConstraint,
+    responseFormat: { type: 'json_schema', name: 'n', schema, strict: true },
+  })
+  await collect(h.backend.submit(request))
+  t.equal(h.enqueued[0]!.guidedJsonSchema, JSON.stringify(schema))
+  await collect(h.backend.submit(backendRequest()))
+  t.notOk('guidedJsonSchema' in h.enqueued[1]!, 'no schema without a constraint')
 })
 
 t.test(
