@@ -5,7 +5,7 @@ import { LOOM_VERSION } from '../../version.ts'
 import { NATIVE_SCHEMAS } from './native-schemas.ts'
 import { OPENAI_SCHEMAS } from './openai-schemas.ts'
 import { SYSTEM_SCHEMAS, openApiDoc } from './system-docs.ts'
-import './route-doc.ts'
+import type {} from './route-doc.ts'
 
 /** Where the document and its Swagger UI are served. */
 export const OPENAPI_PATH = '/openapi.json'
