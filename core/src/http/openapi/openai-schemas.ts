@@ -281,6 +281,20 @@ export const Model: JsonSchema = {
     parent: { type: 'string' },
     adapter_source: { type: 'string' },
     revision: { type: ['string', 'null'] },
+    download: {
+      type: 'object',
+      description: 'Only on `GET /v1/models/{id}` while the adapter is being fetched (a Loom extension): its progress.',
+      required: ['status', 'bytes', 'total_bytes', 'percent', 'bytes_per_second', 'eta_s', 'started_at'],
+      properties: {
+        status: { const: 'downloading' },
+        bytes: { type: 'integer', minimum: 0 },
+        total_bytes: { type: 'integer', minimum: 0, description: '0 when the source gave no sizes' },
+        percent: { type: ['integer', 'null'], minimum: 0, maximum: 100 },
+        bytes_per_second: { type: 'integer', minimum: 0 },
+        eta_s: { type: ['integer', 'null'], minimum: 0, description: 'seconds left at the mean rate so far' },
+        started_at: { type: 'string', description: 'ISO 8601 time' },
+      },
+    },
   },
 }
 
