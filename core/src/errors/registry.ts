@@ -208,6 +208,7 @@ export const ERRORS = {
   model_invalid: spec(500, 'model', 'server_error', 'Model in {path} cannot be served: {detail}'),
   native_addon_missing: spec(500, 'native', 'server_error', 'The native runtime could not be loaded: {detail}'),
   native_error: spec(500, 'native', 'server_error', 'Native runtime error: {detail}'),
+  cuda_unavailable: spec(500, 'native', 'server_error', 'The cuda device cannot be used: {detail}'),
 } as const satisfies Record<string, ErrorSpec>
 
 export type ErrorCode = keyof typeof ERRORS

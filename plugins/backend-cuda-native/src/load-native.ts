@@ -21,6 +21,9 @@ export interface NativeTensor {
   readonly shape: readonly number[]
 }
 
+/** The `device` option: a device by name, or `auto` (cuda when usable, else cpu). */
+export type NativeDeviceOption = 'auto' | 'cpu' | 'cuda'
+
 /** Checked model facts in the addon's vocabulary (camelCase numbers and flags). */
 export interface NativeModelConfig {
   readonly vocabSize: number
@@ -96,11 +99,13 @@ export interface NativePackedStep {
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */
 export interface NativeRuntime {
   load(desc: {
+    /** cpu | cuda | auto (auto: cuda when usable here, else cpu). */
+    device: NativeDeviceOption
     config: NativeModelConfig
     options: NativeRuntimeOptions
     files: readonly string[]
     tensors: readonly NativeTensor[]
-  }): Promise<{ dtype: string; threads: number }>
+  }): Promise<{ dtype: string; device: 'cpu' | 'cuda'; threads: number }>
   loadLora(slot: number, modules: readonly NativeLoraModule[]): Promise<void>
   loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
   unload(slot: number): void
@@ -117,28 +122,21 @@ export interface NativeStepProfile {
   readonly loraMs: number
 }
 
-/** Result of comparing the cpu kernels with the scalar reference kernels. */
-export interface KernelSelfTestResult {
-  readonly ok: boolean
-  readonly cases: number
-  readonly failures: number
-  /** Largest `|x-ref| / (atol + rtol·|ref|)` seen; at most 1 passes. */
-  readonly worstRatio: number
-  readonly worstCase: string
-  /** One line per op family with its worst error. */
-  readonly report: string
-}
-
 export interface NativeAddon {
   readonly Runtime: new () => NativeRuntime
-  kernelSelfTest(seed: number, threads: number): Promise<KernelSelfTestResult>
   /**
    * Memory read bandwidth: GB/s (1e9 B/s) of each of `repeats` multi-threaded sums over a buffer of
    * `bytes` (allocated and touched first, so page faults are not timed). For the benchmark's roofline.
    */
   measureReadBandwidth(bytes: number, threads: number, repeats: number): Promise<number[]>
-  /** Devices compiled in, comma-separated (`cpu`). */
+  /** Devices compiled in, comma-separated: `cpu`, or `cpu,cuda` when the build found nvcc. */
   readonly devices: string
+  /**
+   * Whether the cuda device can run here: null when it can, else the `cuda_unavailable` code and a
+   * message naming the cause (not compiled in, no driver, no GPU, no kernel image for this GPU)
+   * and the fix. The first call probes the GPU (initialises CUDA); the answer is cached.
+   */
+  cudaStatus(): { code: string; message: string } | null
   /** The cpu kernels' vector path: `avx512`, or `avx2` (+ FMA + F16C). */
   readonly isa: 'avx512' | 'avx2'
 }

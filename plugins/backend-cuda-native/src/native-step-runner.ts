@@ -34,6 +34,8 @@ function fromNative(err: unknown, params: Record<string, string>): LoomError {
       return new LoomError(e.code as ErrorCode, { id: params.id ?? '', detail }, { cause: err })
     case 'backend_not_ready':
       return new LoomError('backend_not_ready', {}, { cause: err })
+    case 'cuda_unavailable':
+      return new LoomError('cuda_unavailable', { detail }, { cause: err })
     default:
       return new LoomError('native_error', { detail }, { cause: err })
   }
@@ -56,7 +58,11 @@ export class NativeStepRunner implements StepRunner {
    * @param modelPath a Hugging Face model folder (`config.json` + safetensors).
    * @param options the plugin's options (snake_case); absent keys take their defaults.
    */
-  constructor(modelPath: string, options: NativeOptionsInput = {}) {
+  constructor(
+    modelPath: string,
+    options: NativeOptionsInput = {},
+    private readonly hooks: { onLoaded?: (spec: ModelSpec) => void } = {},
+  ) {
     this.modelPath = modelPath
     this.options = nativeOptionsSchema.parse(options)
   }
@@ -74,6 +80,7 @@ export class NativeStepRunner implements StepRunner {
     const runtime = new addon.Runtime()
     try {
       const loaded = await runtime.load({
+        device: o.device,
         config,
         options: {
           threads: o.threads ?? defaultThreads(),
@@ -93,7 +100,7 @@ export class NativeStepRunner implements StepRunner {
       this.spec = {
         architecture: config.architecture,
         dtype: loaded.dtype,
-        device: o.device,
+        device: loaded.device,
         vocabSize: config.vocabSize,
         hiddenSize: config.hiddenSize,
         intermediateSize: config.intermediateSize,
@@ -108,6 +115,7 @@ export class NativeStepRunner implements StepRunner {
         maxLoraRank: o.max_lora_rank,
         medusaLeaf: true,
       }
+      this.hooks.onLoaded?.(this.spec)
       return this.spec
     } catch (err) {
       runtime.close()

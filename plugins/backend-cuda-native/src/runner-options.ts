@@ -6,8 +6,11 @@ import os from 'node:os'
 import { z } from '@loom/core'
 
 export const nativeOptionsSchema = z.strictObject({
-  /** Compute device. `cuda` arrives with the CUDA kernels. */
-  device: z.enum(['cpu']).default('cpu'),
+  /**
+   * Compute device: `cuda` (one GPU; startup fails with `cuda_unavailable` naming the cause when it
+   * cannot run), `cpu`, or `auto`: cuda when this build has it and a usable GPU is present, else cpu.
+   */
+  device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
   /** Worker threads including the caller; default `LOOM_THREADS` or every available core. */
   threads: z.number().int().min(1).max(1024).optional(),
   /** KV cache capacity in tokens (all sequences together). Overrides `kv_cache_mb`. */

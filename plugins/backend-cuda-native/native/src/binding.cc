@@ -16,8 +16,8 @@
 #include "cpu/cpu-device.h"
 #include "cpu/simd-config.h"
 #include "cpu/read-bandwidth.h"
+#include "device-factory.h"
 #include "model/llama-model.h"
-#include "selftest/kernel-self-test.h"
 
 namespace {
 
@@ -150,7 +150,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   explicit Runtime(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Runtime>(info) {}
 
  private:
-  std::unique_ptr<loom::CpuDevice> device_;
+  std::unique_ptr<loom::Device> device_;
   std::unique_ptr<loom::LlamaModel> model_;
   bool loaded_ = false, closed_ = false;
   int inflight_ = 0;  // workers touching model_ (JS thread only)
@@ -195,7 +195,11 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     std::vector<loom::TensorDesc> tensors;
     Status st = parse_load(desc, &cfg, &opt, &files, &tensors);
     if (!st.ok()) return throw_status(env, st);
-    device_ = std::make_unique<loom::CpuDevice>(opt.threads);
+    // desc.device: cpu | cuda | auto (auto: cuda when usable here, else cpu); cuda_unavailable
+    // names the cause and the fix when cuda was asked for and cannot run.
+    const std::string device_name = desc.Get("device").IsString() ? desc.Get("device").ToString().Utf8Value() : "cpu";
+    st = loom::create_device(device_name, opt.threads, &device_);
+    if (!st.ok()) return throw_status(env, st);
     model_ = std::make_unique<loom::LlamaModel>(device_.get(), cfg, opt);
     loom::LlamaModel* model = model_.get();
     return queue(
@@ -204,7 +208,9 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
           loaded_ = true;
           Napi::Object out = Napi::Object::New(e);
           out.Set("dtype", loom::dtype_name(model->dtype()));
-          out.Set("threads", device_->threads());
+          out.Set("device", device_->name());
+          const bool cpu = std::string(device_->name()) == "cpu";  // the addon is built without RTTI
+          out.Set("threads", cpu ? static_cast<loom::CpuDevice*>(device_.get())->threads() : 0);
           return Napi::Value(out);
         },
         {});
@@ -528,34 +534,6 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   }
 };
 
-// kernelSelfTest(seed, threads) -> Promise<{ ok, cases, failures, worstRatio, worstCase, report }>
-Napi::Value KernelSelfTest(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  const uint64_t seed = info[0].IsNumber() ? uint64_t(info[0].As<Napi::Number>().Int64Value()) : 1;
-  const int threads = info[1].IsNumber() ? info[1].As<Napi::Number>().Int32Value() : 2;
-  auto result = std::make_shared<loom::SelfTestResult>();
-  auto* w = new PromiseWorker(
-      env,
-      [result, seed, threads] {
-        loom::CpuDevice device(threads);
-        *result = loom::run_kernel_self_test(&device, seed);
-        return Status::Ok();
-      },
-      [result](Napi::Env e) {
-        Napi::Object o = Napi::Object::New(e);
-        o.Set("ok", result->ok);
-        o.Set("cases", result->cases);
-        o.Set("failures", result->failures);
-        o.Set("worstRatio", result->worst_ratio);
-        o.Set("worstCase", result->worst_case);
-        o.Set("report", result->report);
-        return Napi::Value(o);
-      });
-  Napi::Promise p = w->promise();
-  w->Queue();
-  return p;
-}
-
 // measureReadBandwidth(bytes, threads, repeats) -> Promise<number[]>: GB/s of each repetition of
 // a multi-threaded sum over a `bytes` buffer (cpu/read-bandwidth.h). Used by bench/run.ts for the
 // roofline; the buffer is allocated and freed off the JS thread.
@@ -592,9 +570,17 @@ Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Runtime", Runtime::Define(env));
-  exports.Set("kernelSelfTest", Napi::Function::New(env, KernelSelfTest));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth));
-  exports.Set("devices", Napi::String::New(env, "cpu"));
+  exports.Set("devices", Napi::String::New(env, loom::compiled_devices()));  // "cpu" or "cpu,cuda"
+  // null, or why `device: cuda` cannot run here ({code, message}); probes the GPU once (device-factory.h).
+  exports.Set("cudaStatus", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {
+    const Status st = loom::cuda_usable();
+    if (st.ok()) return info.Env().Null();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("code", st.code);
+    o.Set("message", st.message);
+    return o;
+  }));
   exports.Set("isa", Napi::String::New(env, LOOM_AVX512 ? "avx512" : "avx2"));  // the cpu kernels' vector path
   return exports;
 }

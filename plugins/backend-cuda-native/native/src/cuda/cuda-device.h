@@ -1,0 +1,107 @@
+// The cuda device: one GPU, one stream. Every op is one or a few kernel launches on that stream;
+// nothing waits for the GPU except synchronize(), download's consumer and the pinned staging ring
+// (below). Implementation split by op family: cuda-device.cu (memory, staging, probe),
+// elementwise.cu, matmul.cu, lora.cu, vocab-ops.cu, attention.cu. Included by .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "kernels/kernels.h"
+#include "runtime/status.h"
+
+namespace loom {
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop);
+  ~CudaDevice() override;
+  const char* name() const override { return "cuda"; }
+
+  void* alloc(int64_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, int64_t bytes) override;
+  void download(void* dst, const void* src, int64_t bytes) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void zero(void* dst, int64_t bytes) override;
+  void synchronize() override;
+  bool reads_host_memory() const override { return false; }
+
+  // f16 K/V: half the bytes of f32 with an 11-bit significand (bf16 has 8); K and V values stay
+  // far inside f16's range (±65504).
+  DType kv_dtype() const override { return DType::F16; }
+
+  void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
+  void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+               int64_t ldy) override;
+  void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                   float* sin) override;
+  void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override;
+  void gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) override;
+  void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override;
+  void silu_mul(const float* gate, const float* up, int64_t n, float* y) override;
+  void silu_residual(const float* t, int64_t n, float* y) override;
+  void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) override;
+  void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size, int32_t* slot) override;
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, DType kv_dtype,
+                void* kc, void* vc) override;
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
+               void* vc) override;
+  void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
+                 const AttnShape& shape, float* out) override;
+  void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
+                   int64_t ldt) override;
+  void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
+                   int64_t ldy) override;
+  void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
+                  const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
+  void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
+  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                   int32_t* leaf) override;
+  void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
+
+  // The first CUDA error since the last call (sticky: later errors are dropped), then Ok.
+  Status take_status();
+  cudaStream_t stream() const { return stream_; }
+  int sm_count() const { return sm_count_; }
+
+  // Host-side call descriptions (segments, jobs, rows) copied to the device for one launch:
+  // returns the device address of `bytes` bytes that hold `src` by the time the next kernel on
+  // the stream runs. Backed by a pinned ring (async copy) mirrored by a device ring; nullptr on
+  // failure (recorded in the status).
+  void* stage(const void* src, int64_t bytes);
+
+  // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
+  bool check(cudaError_t err, const char* what);
+
+ private:
+  struct StagedRange {
+    int64_t start, end;
+    cudaEvent_t done;
+  };
+  int ordinal_;
+  cudaStream_t stream_;
+  int sm_count_ = 0;
+  std::string gpu_name_;
+  Status status_;
+  // Staging ring: host bytes [off, off+n) go to device bytes [off, off+n); a range is reused
+  // once the event recorded after its copy has fired.
+  static constexpr int64_t kStageBytes = int64_t(4) << 20;
+  uint8_t* stage_host_ = nullptr;
+  uint8_t* stage_dev_ = nullptr;
+  int64_t stage_head_ = 0;
+  std::deque<StagedRange> staged_;
+  std::deque<cudaEvent_t> free_events_;
+};
+
+// Threads per block for the simple one-dimensional kernels.
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n, int per_block = kThreads) {
+  return unsigned((n + per_block - 1) / per_block);
+}
+
+}  // namespace loom

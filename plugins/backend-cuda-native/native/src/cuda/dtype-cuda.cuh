@@ -1,0 +1,96 @@
+// Weight loads for the cuda kernels: a stored element (f32, f16, bf16) widened to f32, and 16-byte
+// vector loads of 8 (16-bit) or 4 (f32) elements. Same rounding as kernels/dtype.h (exact widening).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace loom {
+
+__device__ __forceinline__ float load_w(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32:
+      return static_cast<const float*>(base)[i];
+    case DType::F16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    default:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+  }
+}
+
+// Widen 8 consecutive 16-bit elements held in one 16-byte word.
+template <DType T>
+__device__ __forceinline__ void widen8(const uint4& v, float out[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    if constexpr (T == DType::BF16) {
+      // bf16 -> f32 is a 16-bit shift, as in dtype.h.
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+      const float2 f = __half22float2(h);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
+  }
+}
+
+// 8 consecutive weight elements from `offset`, widened, in one or two 16-byte loads (the caller
+// guarantees 16-byte alignment: offset % 8 == 0 and rows of K % 8 == 0 elements).
+template <DType DT>
+__device__ __forceinline__ void load8(const void* w, int64_t offset, float out[8]) {
+  if constexpr (DT == DType::F32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w) + offset);
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w) + offset));
+    widen8<DT>(v, out);
+  }
+}
+
+// A KV cache element (f32, f16, bf16) widened to f32.
+template <typename C>
+__device__ __forceinline__ float widen(C v);
+template <>
+__device__ __forceinline__ float widen<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float widen<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// f32 -> the cache's element type, round to nearest even (identity for f32).
+template <typename C>
+__device__ __forceinline__ C to_cache(float v);
+template <>
+__device__ __forceinline__ float to_cache<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half to_cache<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace loom

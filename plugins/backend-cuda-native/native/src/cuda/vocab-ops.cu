@@ -1,0 +1,187 @@
+// Ops over logits rows ([T, V], V up to ~256k): argmax, the log-softmax normaliser, top-k, and the
+// Medusa greedy-leaf walk that consumes argmax. One block per row; the row is read with coalesced
+// strided loads and reduced with warp shuffles, then across warps through shared memory.
+#include <climits>
+
+#include "cuda/cuda-device.h"
+#include "cuda/dtype-cuda.cuh"
+
+namespace loom {
+namespace {
+
+constexpr int kRowThreads = 512;
+
+// (value, index) ordered by value descending, then index ascending; idx INT_MAX is "none".
+struct Pick {
+  float v;
+  int idx;
+};
+
+__device__ __forceinline__ bool better(float v, int i, const Pick& b) {
+  return b.idx == INT_MAX || v > b.v || (v == b.v && i < b.idx);
+}
+
+// Block-wide best Pick (every thread gets it). `scratch` holds one Pick per warp.
+__device__ Pick block_best(Pick p, Pick* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Pick q{__shfl_xor_sync(0xffffffffu, p.v, o), __shfl_xor_sync(0xffffffffu, p.idx, o)};
+    if (q.idx != INT_MAX && better(q.v, q.idx, p)) p = q;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = p;
+  __syncthreads();
+  Pick best = scratch[0];
+  for (int w = 1; w < int(blockDim.x >> 5); w++)
+    if (scratch[w].idx != INT_MAX && better(scratch[w].v, scratch[w].idx, best)) best = scratch[w];
+  return best;
+}
+
+// Semantics: m = max of the non-NaN x[t, i<V]; out[t] = m > -inf ? first i with x == m : -1.
+// One block per row t. x [T, ld], out [T]
+__global__ void argmax_kernel(const float* x, int64_t ld, int64_t V, int32_t* out) {
+  __shared__ Pick scratch[32];
+  const float* row = x + int64_t(blockIdx.x) * ld;
+  Pick p{-INFINITY, INT_MAX};
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    if (!isnan(v) && better(v, int(i), p)) p = {v, int(i)};
+  }
+  const Pick best = block_best(p, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = best.idx != INT_MAX && best.v > -INFINITY ? best.idx : -1;
+}
+
+// Semantics: for j<K: out[t*K + j] = the j-th pick in (value desc, index asc) order among the
+// non-NaN x[t, i<V], -1 once none is left. K passes over the row, each taking the best element
+// strictly after the previous pick in that order (so ties and duplicates are handled without a
+// list of taken indices). One block per row t. x [T, ld], out [T, K]
+__global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, int32_t* out) {
+  __shared__ Pick scratch[32];
+  const float* row = x + int64_t(blockIdx.x) * ld;
+  Pick prev{INFINITY, -1};
+  bool have_prev = false;
+  for (int j = 0; j < K; j++) {
+    Pick p{-INFINITY, INT_MAX};
+    if (prev.idx != INT_MAX) {
+      for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+        const float v = row[i];
+        if (isnan(v)) continue;
+        if (have_prev && !(v < prev.v || (v == prev.v && int(i) > prev.idx))) continue;
+        if (better(v, int(i), p)) p = {v, int(i)};
+      }
+    }
+    const Pick best = prev.idx == INT_MAX ? prev : block_best(p, scratch);
+    if (threadIdx.x == 0) out[int64_t(blockIdx.x) * K + j] = best.idx == INT_MAX ? -1 : best.idx;
+    prev = best;
+    have_prev = true;
+  }
+}
+
+// Semantics: out[t] = log Σ_{i<V} exp(x[t, i]); -inf for a row of -inf, NaN if a NaN is in it.
+// Max first, then Σ exp(x - max) with each term in f32 and the sum in f64 (the reference sums in
+// f64; f32 over 10^5 terms would drift past its 1e-6 tolerance). One block per row. x [T, ld], out [T]
+__global__ void log_sum_exp_kernel(const float* x, int64_t ld, int64_t V, double* out) {
+  __shared__ float smax[32];
+  __shared__ int snan[32];
+  __shared__ double ssum[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+  const float* row = x + int64_t(blockIdx.x) * ld;
+  float m = -INFINITY;
+  int nan = 0;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const float v = row[i];
+    nan |= isnan(v);
+    m = fmaxf(m, v);  // fmaxf ignores NaN
+  }
+  m = warp_max(m);
+  nan = __any_sync(0xffffffffu, nan);
+  if (lane == 0) {
+    smax[warp] = m;
+    snan[warp] = nan;
+  }
+  __syncthreads();
+  m = smax[0];
+  nan = snan[0];
+  for (int w = 1; w < nwarps; w++) {
+    m = fmaxf(m, smax[w]);
+    nan |= snan[w];
+  }
+  if (nan || m == -INFINITY) {
+    if (threadIdx.x == 0) out[blockIdx.x] = nan ? double(NAN) : double(-INFINITY);
+    return;
+  }
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) s += double(expf(row[i] - m));
+  s = warp_sum(s);
+  if (lane == 0) ssum[warp] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double total = 0;
+    for (int w = 0; w < nwarps; w++) total += ssum[w];
+    out[blockIdx.x] = double(m) + log(total);
+  }
+}
+
+// parent(c): the largest j < c with mask[c*n + j] != 0 (-1 if none); c - 1 for a chain (no mask).
+__device__ int tree_parent(const uint8_t* mask, int n, int c) {
+  if (!mask) return c - 1;
+  for (int j = c - 1; j >= 0; j--)
+    if (mask[c * n + j]) return j;
+  return -1;
+}
+
+// Semantics: see Device::greedy_leaf. One thread per row: trees are small (<= ~64 nodes) and the
+// walk is sequential by nature. tokens [T], argmax [logits rows], rows [nrows] staged, leaf [nrows]
+__global__ void greedy_leaf_kernel(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                                   int32_t* leaf) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= nrows) return;
+  const LeafRow row = rows[r];
+  if (row.n == 0) {
+    leaf[r] = -1;
+    return;
+  }
+  int node = 0;
+  for (;;) {
+    const int want = argmax[row.logit_start + node];
+    int next = -1;
+    for (int c = node + 1; c < row.n && next < 0; c++)
+      if (tokens[row.tok_start + c] == want && tree_parent(row.tree_mask, row.n, c) == node) next = c;
+    if (next < 0) break;
+    node = next;
+  }
+  leaf[r] = node;
+}
+
+}  // namespace
+
+void CudaDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
+  if (T <= 0) return;
+  argmax_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, out);
+  check(cudaGetLastError(), "argmax launch");
+}
+
+void CudaDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
+  if (T <= 0 || K <= 0) return;
+  top_k_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, K, out);
+  check(cudaGetLastError(), "top_k launch");
+}
+
+void CudaDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) {
+  if (T <= 0) return;
+  log_sum_exp_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, out);
+  check(cudaGetLastError(), "log_sum_exp launch");
+}
+
+void CudaDevice::greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+                             int32_t* leaf) {
+  if (nrows <= 0) return;
+  const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(LeafRow)));
+  if (!d_rows) return;
+  greedy_leaf_kernel<<<blocks_for(nrows, 64), 64, 0, stream_>>>(tokens, argmax, static_cast<const LeafRow*>(d_rows),
+                                                                nrows, leaf);
+  check(cudaGetLastError(), "greedy_leaf launch");
+}
+
+}  // namespace loom
