@@ -524,7 +524,10 @@ export class TrtllmBackend implements Backend {
 
   // ——— endings ———
 
-  /** Push the finish event (no-op once the stream is closed). */
+  /**
+   * Push the finish event (no-op once the stream is closed). The executor does not say when a
+   * request left its queue: the time to its first response (queue and prefill) stands for it.
+   */
   #report(run: Run, reason: BackendFinishReason): void {
     const queueMs = (run.firstResponseAt ?? this.#now()) - run.submittedAt
     run.channel.push({ type: 'finish', reason, queueMs })

@@ -334,6 +334,17 @@ t.test('errors', async (t) => {
   )
 })
 
+t.test('a full executor queue is overloaded, thrown at submit', async (t) => {
+  const h = await withHarness(t, { max_batch_size: 1, max_queue_size: 1, fake: { step_us: 20000 } })
+  // The first waits in the executor's queue until its next step admits it; a second does not fit.
+  const queued = collect(h.backend.submit(backendRequest()))
+  t.match(
+    errorOf(() => h.backend.submit(backendRequest())),
+    /^overloaded: .*queue is full/,
+  )
+  t.match((await queued).at(-1), { type: 'finish', reason: 'length' })
+})
+
 t.test('startup errors name the engine and what does not match', async (t) => {
   t.match(
     await rejection(startHarness(t.testdir(), { tensor_parallel: 2 })),
