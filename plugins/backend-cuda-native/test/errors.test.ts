@@ -87,7 +87,8 @@ t.test('errors', async (t) => {
   t.test('plugin metadata and options', async (t) => {
     t.equal(plugin.name, '@loom/backend-cuda-native')
     t.same(plugin.provides, ['StepRunner'])
-    t.equal(plugin.options.parse({}).device, 'cpu')
+    t.equal(plugin.options.parse({}).device, 'auto')
+    t.equal(plugin.options.parse({ device: 'cuda' }).device, 'cuda')
     t.throws(() => plugin.options.parse({ device: 'tpu' }))
     t.throws(() => plugin.options.parse({ max_lora_rank: 256 }))
   })
