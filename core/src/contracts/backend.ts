@@ -1,5 +1,5 @@
 import type { AdapterHandle, LocalAdapter } from './adapter.ts'
-import type { ResponseFormat, TokenConstraint } from './grammar.ts'
+import type { ResponseFormat } from './grammar.ts'
 import type { SamplingParams, TokenLogprob } from './sampling.ts'
 
 /** What a backend can do; the core validates requests against it before they are submitted. */
@@ -24,7 +24,7 @@ export interface BackendCapabilities {
   readonly loraTargetModules: readonly string[]
   /** Whether Medusa heads can be loaded and used for speculation. */
   readonly medusa: boolean
-  /** Whether `BackendRequest.constraint` is honoured. */
+  /** Whether `BackendRequest.grammar` is honoured; without it, `submit` refuses a request with one (`grammar_unsupported`, saying why). */
   readonly structuredOutput: boolean
   /** Base model architecture facts an adapter must match (`hidden_size`, `num_hidden_layers`, …). */
   readonly modelShape: Readonly<Record<string, number | string>>
@@ -45,14 +45,13 @@ export interface BackendRequest {
   readonly adapter: AdapterHandle | null
   /** Medusa heads to speculate with, or null for plain decoding. */
   readonly speculator: AdapterHandle | null
-  /** Optional structured-output constraint, owned by this request. */
-  readonly constraint: TokenConstraint | null
   /**
-   * The same constraint as data: the validated `response_format` it was compiled from (absent or null
-   * without one). A backend that applies grammars itself (TensorRT-LLM's guided decoding) compiles
-   * this and leaves `constraint` unused.
+   * The output grammar as data: the validated `response_format` (a JSON schema, or any JSON
+   * object), or null. The core has checked that it compiles; each backend honours it its own way
+   * (the core's `BatchingEngine` builds a token matcher for its sampler, TensorRT-LLM compiles it
+   * for its guided decoding).
    */
-  readonly responseFormat?: ResponseFormat | null
+  readonly grammar: ResponseFormat | null
   /** How many alternatives per generated token to report (0: none). */
   readonly topLogprobs: number
   /** Whether to report a logprob for every prompt token (`decoder_input_details`, `echo` + `logprobs`). */

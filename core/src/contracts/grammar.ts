@@ -15,12 +15,20 @@ export interface TokenConstraint {
   rollback(count: number): void
   /** True once the constraint has reached an accepting end state and only eos may follow. */
   isTerminated(): boolean
+  /** Free what the matcher holds (native memory). Idempotent; the constraint is unusable after. */
+  dispose(): void
 }
 
 /** Builds constraints from request-level specifications; provided by the structured-output module. */
 export interface TokenConstraintFactory {
   /** Compile (cached per tokenizer and schema) and return a fresh matcher for one request. */
   create(spec: ResponseFormat): Promise<TokenConstraint>
+  /**
+   * Compile (cached) and throw what `create` would throw for `spec` (`grammar_unsupported` naming
+   * the cause), without keeping a matcher: the core checks a request's grammar before it is
+   * submitted, so a bad schema is a 422 before the first byte whatever the backend.
+   */
+  check(spec: ResponseFormat): Promise<void>
 }
 
 /**

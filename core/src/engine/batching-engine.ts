@@ -294,6 +294,10 @@ export class BatchingEngine implements Backend {
       // Both must be resident at once to run a single row; that can never happen.
       throw new LoomError('adapter_slots_full', { slots: loaded.adapters.slotCount })
     }
+    const constraints = request.grammar === null ? null : (this.options.constraints?.() ?? null)
+    if (request.grammar !== null && constraints === null) {
+      throw new LoomError('grammar_unsupported', { detail: 'this server has no structured-output engine' })
+    }
     // Take adapter references last: everything above may throw without cleanup. An adapter that
     // was evicted from its slot starts reloading now; the request waits in its queue meanwhile.
     if (request.adapter !== null) loaded.adapters.acquire(request.adapter)
@@ -320,7 +324,6 @@ export class BatchingEngine implements Backend {
     })
     const current = seq
     this.active.add(current)
-    loaded.scheduler.enqueue(current)
     if (request.signal.aborted) {
       this.cancel(current, true)
       return channel
@@ -328,7 +331,24 @@ export class BatchingEngine implements Backend {
     const onAbort = (): void => this.cancel(current, true)
     request.signal.addEventListener('abort', onAbort, { once: true })
     current.detachSignal = () => request.signal.removeEventListener('abort', onAbort)
-    this.kick()
+    if (constraints === null) {
+      loaded.scheduler.enqueue(current)
+      this.kick()
+    } else {
+      // The grammar compiled when the core checked it (a cache hit): the matcher is ready in a
+      // moment, and the sequence queues then. Cancelled meanwhile, it never queues.
+      constraints.create(request.grammar!).then(
+        (constraint) => {
+          if (!this.active.has(current)) return constraint.dispose()
+          current.constraint = constraint
+          loaded.scheduler.enqueue(current)
+          this.kick()
+        },
+        (err: unknown) => {
+          if (this.active.has(current)) this.fail(current, err)
+        },
+      )
+    }
     return channel
   }
 
@@ -688,7 +708,7 @@ export class BatchingEngine implements Backend {
       ...(logNorm !== undefined ? { logNorm } : {}),
       ...(best !== undefined ? { argmax: best } : {}),
       state: seq.sampling,
-      constraint: request.constraint,
+      constraint: seq.constraint,
       eosTokenIds: request.eosTokenIds,
       topLogprobs: request.topLogprobs,
     })
@@ -748,6 +768,8 @@ export class BatchingEngine implements Backend {
     this.active.delete(seq)
     seq.detachSignal?.()
     seq.detachSignal = null
+    seq.constraint?.dispose()
+    seq.constraint = null
     const adapters = this.loaded?.adapters
     if (adapters !== undefined) {
       if (seq.request.adapter !== null) adapters.release(seq.request.adapter)

@@ -1,3 +1,4 @@
+import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Logger } from '../contracts/logger.ts'
 import type { StepRunner } from '../contracts/step-runner.ts'
 import type { ReadAdapter } from './adapter-registry.ts'
@@ -67,6 +68,12 @@ export interface BatchingEngineOptions {
   readonly hostCacheBytes?: number
   /** Medusa speculation policy; absent: the defaults of `SpeculationOptions`. */
   readonly speculation?: SpeculationOptions
+  /**
+   * The matchers for requests with a `grammar` (the server's structured-output engine, which it
+   * creates once the model is loaded: read at each such request). Absent or null: those requests
+   * are refused with `grammar_unsupported`.
+   */
+  readonly constraints?: () => TokenConstraintFactory | null
   /** Clock in milliseconds, for `queueMs` (tests may inject one). Default `performance.now`. */
   readonly now?: () => number
   /** Called after every step the runner ran or failed (the server's `loom_batch_*` metrics). */

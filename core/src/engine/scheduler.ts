@@ -337,6 +337,6 @@ export class Scheduler {
  * no output constraint. Its verification walk is the runner's greedy walk (`StepRow.medusaLeaf`).
  */
 export function plainGreedy(seq: Sequence): boolean {
-  const { sampling, constraint } = seq.request
-  return constraint === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)
+  const { sampling, grammar } = seq.request
+  return grammar === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)
 }

@@ -1,4 +1,5 @@
 import type { BackendRequest, GenerationEvent } from '../contracts/backend.ts'
+import type { TokenConstraint } from '../contracts/grammar.ts'
 import type { TokenLogprob } from '../contracts/sampling.ts'
 import type { EventChannel } from './event-channel.ts'
 import type { Draft } from './medusa/draft.ts'
@@ -59,6 +60,11 @@ export class Sequence {
   preemptions = 0
   /** Removes the abort listener from the request's signal. */
   detachSignal: (() => void) | null = null
+  /**
+   * The matcher of the request's `grammar` (null without one), built by the engine before the
+   * sequence is queued and disposed when it leaves; it advances with every accepted token.
+   */
+  constraint: TokenConstraint | null = null
 
   constructor(init: {
     seqId: number

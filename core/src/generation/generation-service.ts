@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { AdapterHandle } from '../contracts/adapter.ts'
 import type { Backend, BackendRequest, GeneratedToken, GenerationEvent as BackendEvent } from '../contracts/backend.ts'
-import type { TokenConstraintFactory } from '../contracts/grammar.ts'
+import type { ResponseFormat, TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Tokenizer } from '../contracts/tokenizer.ts'
 import type { AdapterManager } from '../adapters/adapter-manager.ts'
 import { LoomError, fieldError } from '../errors/index.ts'
@@ -146,7 +146,8 @@ export class GenerationService {
     if (maxNewTokens < 1) {
       throw fieldError('inputs', `must leave room for one new token (limit ${limits.maxTotalTokens})`, inputIds.length)
     }
-    const constraint = request.responseFormat === null ? null : await this.#constraint(request)
+    const grammar = request.responseFormat
+    if (grammar !== null) await this.#checkGrammar(grammar)
 
     await authorized
     const acquiredHandle = (await loaded)?.handle ?? null
@@ -158,7 +159,7 @@ export class GenerationService {
     // text depended on the tree sizes the adaptive policy picked (timing), so it was neither
     // reproducible nor the text of a server without Medusa. Greedy constrained rows keep it.
     const heads = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
-    const speculator = constraint !== null && sampled ? null : heads
+    const speculator = grammar !== null && sampled ? null : heads
     // Drawn below 2^53: `details.seed` is a JSON number, and a client must be able to send it back.
     const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE() % BigInt(Number.MAX_SAFE_INTEGER + 1)
     const backendRequest: BackendRequest = {
@@ -169,8 +170,7 @@ export class GenerationService {
       eosTokenIds: request.ignoreEos ? [] : this.#deps.eosTokenIds,
       adapter,
       speculator,
-      constraint,
-      responseFormat: request.responseFormat,
+      grammar,
       topLogprobs: request.topLogprobs,
       prefillLogprobs: request.prefillLogprobs,
       signal,
@@ -234,11 +234,17 @@ export class GenerationService {
     return this.#longestToken
   }
 
-  #constraint(request: GenerationRequest) {
+  /**
+   * Refuse a grammar that does not compile before the request is submitted (a 422 before the
+   * first byte); the compiled grammar stays cached for the backend. A backend without structured
+   * output refuses the request itself, saying what would enable it.
+   */
+  async #checkGrammar(grammar: ResponseFormat): Promise<void> {
+    if (!this.#deps.backend.capabilities().structuredOutput) return
     if (!this.#deps.constraints) {
       throw new LoomError('grammar_unsupported', { detail: 'this server has no structured-output engine' })
     }
-    return this.#deps.constraints.create(request.responseFormat!)
+    await this.#deps.constraints.check(grammar)
   }
 
   async *#textEvents(

@@ -12,6 +12,7 @@ import { createServerContainer, type ServerContainer } from '../container/index.
 import type { Backend } from '../contracts/backend.ts'
 import type { AdapterHandle, AdapterKind, LocalAdapter } from '../contracts/adapter.ts'
 import type { AdapterSource } from '../contracts/adapter-source.ts'
+import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { ModelSpec } from '../contracts/step-runner.ts'
 import { TokenizerLoader, type Tokenizer } from '../contracts/tokenizer.ts'
 import { TemplateEngine } from '../contracts/template-engine.ts'
@@ -114,6 +115,8 @@ export class LoomServer {
   #state: ServingState | null = null
   /** The default Medusa heads, for `/info`; null without speculation. */
   #speculator: InfoSpeculator | null = null
+  /** The structured-output engine, created in `start` (it needs the model's vocabulary). */
+  #constraints: TokenConstraintFactory | null = null
   #starting: Promise<void> | null = null
   #closing: Promise<void> | null = null
   readonly #closeHooks: (() => void)[] = []
@@ -175,6 +178,8 @@ export class LoomServer {
               },
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),
+              // Read at each request with a grammar: the structured-output engine exists from `start`.
+              constraints: () => (server === null ? null : server.#constraints),
               // Steps start only once requests arrive, after `metrics` below exists.
               onStep: (step) => metrics.batchStep(step.method, step.size, step.durationS, step.ok),
             })
@@ -264,6 +269,7 @@ export class LoomServer {
       jsonWhitespace: config.structured_output.json_whitespace,
     })
     this.#closeHooks.push(() => constraints.close())
+    this.#constraints = constraints
     // The default Medusa heads, loaded before the routes open (fetched with the server's own credentials).
     let defaultSpeculator: AdapterHandle | null = null
     // Kinds of what is loaded here, by handle key: `/v1/models` leaves the Medusa ones out.

@@ -168,6 +168,10 @@ export class XGrammarConstraintFactory implements TokenConstraintFactory {
     await this.#getRuntime()
   }
 
+  async check(spec: ResponseFormat): Promise<void> {
+    ;(await this.create(spec)).dispose()
+  }
+
   async create(spec: ResponseFormat): Promise<XGrammarConstraint> {
     if (this.#closed) throw new LoomError('server_closing')
     const request = compileRequestOf(spec)

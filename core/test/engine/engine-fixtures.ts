@@ -1,4 +1,5 @@
 import type { BackendRequest, GenerationEvent, GeneratedToken } from '../../src/contracts/backend.ts'
+import type { ResponseFormat, TokenConstraint, TokenConstraintFactory } from '../../src/contracts/grammar.ts'
 import type { Logger } from '../../src/contracts/logger.ts'
 import { GREEDY_SAMPLING, type SamplingParams } from '../../src/contracts/sampling.ts'
 import type { LocalAdapter } from '../../src/contracts/adapter.ts'
@@ -30,7 +31,7 @@ export function makeRequest(overrides: Partial<BackendRequest> = {}): BackendReq
     eosTokenIds: [],
     adapter: null,
     speculator: null,
-    constraint: null,
+    grammar: null,
     topLogprobs: 0,
     prefillLogprobs: false,
     signal: new AbortController().signal,
@@ -79,9 +80,32 @@ export const readFakeLora: ReadAdapter = async (adapter) => {
   return fakeLora(key)
 }
 
+/**
+ * The engine's structured-output engine in tests: `grammarFor(matcher)` returns a grammar (data,
+ * as requests carry it) for which `create` hands the engine that very matcher.
+ */
+export class TestConstraints implements TokenConstraintFactory {
+  readonly #byName = new Map<string, TokenConstraint>()
+
+  grammarFor(constraint: TokenConstraint): ResponseFormat {
+    const name = `test-${this.#byName.size}`
+    this.#byName.set(name, constraint)
+    return { type: 'json_schema', name, schema: {}, strict: true }
+  }
+
+  async create(spec: ResponseFormat): Promise<TokenConstraint> {
+    const constraint = spec.type === 'json_schema' ? this.#byName.get(spec.name) : undefined
+    if (constraint === undefined) throw new Error(`no test matcher for ${JSON.stringify(spec)}`)
+    return constraint
+  }
+
+  async check(): Promise<void> {}
+}
+
 export interface EngineSetup {
   readonly engine: BatchingEngine
   readonly runner: FakeStepRunner
+  readonly constraints: TestConstraints
 }
 
 export async function startEngine(
@@ -91,8 +115,10 @@ export async function startEngine(
   adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes' | 'speculation'> = {},
 ): Promise<EngineSetup> {
   const runner = new FakeStepRunner(runnerOptions)
+  const constraints = new TestConstraints()
   const engine = new BatchingEngine({
     ...adapterOptions,
+    constraints: () => constraints,
     runner,
     limits: { maxBatchSize: 32, maxBatchPrefillTokens: 4096, maxConcurrentRequests: 128, ...limits },
     readAdapter,
@@ -100,7 +126,7 @@ export async function startEngine(
     name: 'fake',
   })
   await engine.start()
-  return { engine, runner }
+  return { engine, runner, constraints }
 }
 
 export async function collect(events: AsyncIterable<GenerationEvent>): Promise<GenerationEvent[]> {

@@ -318,15 +318,17 @@ class EvenConstraint implements TokenConstraint {
   isTerminated(): boolean {
     return this.accepted.length >= this.length
   }
+  dispose(): void {}
 }
 
 t.test('grammar-constrained rows speculate and produce the unconstrained engine output', async (t) => {
-  const { engine } = await startEngine({ medusaAccuracy: PARTIAL })
+  const { engine, constraints } = await startEngine({ medusaAccuracy: PARTIAL })
   const medusa = await engine.loadAdapter(localMedusa('heads'))
   const run = async (speculator: AdapterHandle | null) => {
     const constraint = new EvenConstraint(12)
+    const grammar = constraints.grammarFor(constraint)
     const events = await collect(
-      engine.submit(makeRequest({ inputIds: [1, 3, 5], maxNewTokens: 20, eosTokenIds: [63], constraint, speculator })),
+      engine.submit(makeRequest({ inputIds: [1, 3, 5], maxNewTokens: 20, eosTokenIds: [63], grammar, speculator })),
     )
     return { ids: idsOf(events), accepted: constraint.accepted, reason: finishOf(events).reason }
   }

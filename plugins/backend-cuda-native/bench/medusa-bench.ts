@@ -162,7 +162,7 @@ export async function benchMedusa(o: MedusaBenchOptions): Promise<MedusaRow[]> {
         eosTokenIds: [],
         adapter: null,
         speculator: medusa ? speculator : null,
-        constraint: null,
+        grammar: null,
         topLogprobs: 0,
         prefillLogprobs: false,
         signal: new AbortController().signal,

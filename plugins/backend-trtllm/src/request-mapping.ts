@@ -19,7 +19,7 @@ export function checkSupported(request: BackendRequest, guidedDecoding: boolean)
   // unless the engine was built to gather context logits.
   if (request.topLogprobs > 0) refuse('alternative tokens per position (top_n_tokens, top_logprobs)')
   if (request.prefillLogprobs) refuse('prompt log probabilities (decoder_input_details, echo with logprobs)')
-  if (request.constraint !== null && !guidedDecoding) {
+  if (request.grammar !== null && !guidedDecoding) {
     throw new LoomError('grammar_unsupported', {
       detail:
         'this server runs TensorRT-LLM without guided decoding (set `guided_decoding: true` on a TensorRT-LLM build that has it)',

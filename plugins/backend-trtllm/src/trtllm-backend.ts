@@ -298,7 +298,6 @@ export class TrtllmBackend implements Backend {
         detail: `speculator ${speculator.key} is a ${speculator.kind} adapter, not Medusa`,
       })
     }
-    const format = request.responseFormat ?? null
     let run: Run | null = null
     const channel = new EventChannel<GenerationEvent>(() => {
       if (run !== null) this.#cancel(run, 'consumer')
@@ -308,7 +307,7 @@ export class TrtllmBackend implements Backend {
       channel,
       clientId: this.#nextClientId++,
       lora,
-      guidedJsonSchema: request.constraint !== null && format !== null ? guidedJsonSchema(format) : undefined,
+      guidedJsonSchema: request.grammar !== null ? guidedJsonSchema(request.grammar) : undefined,
       submittedAt: this.#now(),
       nativeId: null,
       firstResponseAt: null,

@@ -3,7 +3,7 @@
  * words, streaming, LoRA and guided decoding parts; finish reasons back; and what is refused.
  */
 import t from 'tap'
-import { GREEDY_SAMPLING, LoomError, type BackendRequest, type TokenConstraint } from '@loom/core'
+import { GREEDY_SAMPLING, LoomError, type BackendRequest } from '@loom/core'
 import {
   checkSupported,
   guidedJsonSchema,
@@ -21,7 +21,7 @@ function request(overrides: Partial<BackendRequest> = {}): BackendRequest {
     eosTokenIds: [2],
     adapter: null,
     speculator: null,
-    constraint: null,
+    grammar: null,
     topLogprobs: 0,
     prefillLogprobs: false,
     signal: new AbortController().signal,
@@ -144,13 +144,13 @@ t.test('what the executor cannot do is refused with a clear error', async (t) =>
     code(() => checkSupported(request({ prefillLogprobs: true }), false)),
     /^bad_request: .*prompt log prob/,
   )
-  const constraint = {} as TokenConstraint
+  const grammar = { type: 'json_object' } as const
   t.match(
-    code(() => checkSupported(request({ constraint }), false)),
+    code(() => checkSupported(request({ grammar }), false)),
     /^grammar_unsupported: .*guided_decoding/,
   )
   t.equal(
-    code(() => checkSupported(request({ constraint }), true)),
+    code(() => checkSupported(request({ grammar }), true)),
     undefined,
   )
 })

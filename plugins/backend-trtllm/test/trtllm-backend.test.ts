@@ -11,7 +11,6 @@ import {
   type AdapterHandle,
   type GenerationEvent,
   type LocalAdapter,
-  type TokenConstraint,
 } from '@loom/core'
 import { buildMedusaAdapter } from '../../../core/test/engine/medusa-fixtures.ts'
 import { loraTaskId } from '../src/lora-task-id.ts'
@@ -236,14 +235,11 @@ t.test("guided decoding: the vocabulary at start, the request's schema as data",
   t.same(vocab.stopTokenIds, [h.model.eos_token_id])
   t.match(JSON.parse(vocab.tokenizerJson!), { model: { type: 'BPE' } })
   const schema = { type: 'object', properties: { n: { type: 'integer' } } }
-  const request = backendRequest({
-    constraint: {} as TokenConstraint,
-    responseFormat: { type: 'json_schema', name: 'n', schema, strict: true },
-  })
+  const request = backendRequest({ grammar: { type: 'json_schema', name: 'n', schema, strict: true } })
   await collect(h.backend.submit(request))
   t.equal(h.enqueued[0]!.guidedJsonSchema, JSON.stringify(schema))
   await collect(h.backend.submit(backendRequest()))
-  t.notOk('guidedJsonSchema' in h.enqueued[1]!, 'no schema without a constraint')
+  t.notOk('guidedJsonSchema' in h.enqueued[1]!, 'no schema without a grammar')
 })
 
 t.test(
