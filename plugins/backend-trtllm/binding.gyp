@@ -38,7 +38,7 @@
             "ENABLE_FP8",
             "LOOM_TRTLLM_HAS_GUIDED_DECODING=<(trtllm_guided_decoding)"
           ],
-          "libraries": ["-L<(trtllm_lib)", "-ltensorrt_llm", "-lnvinfer_plugin_tensorrt_llm", "-Wl,-rpath,<(trtllm_lib)"]
+          "libraries": ["-L<(trtllm_lib)", "-ltensorrt_llm", "-lnvinfer_plugin_tensorrt_llm", "-Wl,-rpath,<(trtllm_lib)", "-ldl"]
         }]
       ]
     }

@@ -15,6 +15,7 @@ import { trtllmOptionsSchema } from './trtllm-options.ts'
 
 export { TrtllmBackend, type TrtllmBackendInit } from './trtllm-backend.ts'
 export { trtllmOptionsSchema, type TrtllmOptions, type TrtllmOptionsInput } from './trtllm-options.ts'
+export { resolveWorkerPath, workerPathCandidates, EXECUTOR_WORKER } from './worker-path.ts'
 export { toTrtllmLora, TRTLLM_LORA_MODULES, type TrtllmLoraTensors } from './lora-layout.ts'
 export { loraTaskId } from './lora-task-id.ts'
 
@@ -29,7 +30,11 @@ export default definePlugin({
       addon,
       engineDir: path.resolve(ctx.server.configDir, options.engine_dir),
       modelDir: ctx.server.modelPath,
-      options,
+      // worker_path is relative to the configuration file, like engine_dir.
+      options:
+        options.worker_path === undefined
+          ? options
+          : { ...options, worker_path: path.resolve(ctx.server.configDir, options.worker_path) },
       logger: ctx.logger,
     })
     ctx.provide(Backend, backend)

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url'
 import { isLoomError, LoomError } from '@loom/core'
 import type {
   NativeExecutor,
+  NativeExecutorInfo,
   NativeExecutorOptions,
   NativeRequest,
   NativeResponsesCallback,
@@ -74,6 +75,10 @@ class WrappedExecutor implements NativeExecutor {
     } catch (err) {
       throw fromNativeError(err)
     }
+  }
+
+  info(): NativeExecutorInfo {
+    return this.raw.info()
   }
 
   shutdown(): Promise<void> {

@@ -54,11 +54,19 @@ export interface NativeExecutorOptions {
   readonly loraCacheDevicePercent?: number
   /** Medusa tree, every path listed (`[[0], [0, 0], [1], …]`); absent: no Medusa. */
   readonly medusaChoices?: readonly (readonly number[])[]
-  /** Tensor and pipeline parallel sizes (default 1 each); the world comes from MPI. */
+  /** Tensor and pipeline parallel sizes (default 1 each). */
   readonly tensorParallel?: number
   readonly pipelineParallel?: number
-  /** CUDA device ids to use; default 0..tp·pp-1. */
+  /** CUDA device ids, one per rank; default 0..tp·pp-1. */
   readonly deviceIds?: readonly number[]
+  /**
+   * How the tp·pp ranks run (default `auto`: `single` for one GPU, `orchestrator` for more).
+   * `orchestrator`: this process enqueues and awaits while the executor spawns tp·pp processes of
+   * `workerPath` with MPI; `leader`: every MPI rank runs the caller (not usable by Loom's server).
+   */
+  readonly parallelMode?: NativeParallelMode
+  /** TensorRT-LLM's `executorWorker` (orchestrator mode): an existing executable file, else `create` rejects. */
+  readonly workerPath?: string
   /** Iterations of statistics the executor keeps (default 1000). */
   readonly iterStatsMaxIterations?: number
   /**
@@ -73,6 +81,23 @@ export interface NativeExecutorOptions {
   }
   /** The fake's knobs (ignored by TensorRT-LLM). */
   readonly fake?: NativeFakeOptions
+}
+
+/** The executor's communication mode (TensorRT-LLM's `CommunicationMode`, plus `single`: none). */
+export type NativeParallelMode = 'auto' | 'single' | 'leader' | 'orchestrator'
+
+/** What an executor was created with, as the implementation resolved it (`executor.info()`). */
+export interface NativeExecutorInfo {
+  /** The effective mode (never `auto`). */
+  readonly parallelMode: Exclude<NativeParallelMode, 'auto'>
+  /** tensor_parallel × pipeline_parallel. */
+  readonly worldSize: number
+  /** Worker processes the executor spawns: `worldSize` in orchestrator mode, else 0. */
+  readonly spawnedWorkers: number
+  /** The `executorWorker` given (orchestrator mode only). */
+  readonly workerPath?: string
+  /** CUDA device ids as given (empty: the executor's default). */
+  readonly deviceIds: readonly number[]
 }
 
 /**
@@ -216,6 +241,8 @@ export interface NativeCapabilities {
   readonly guidedDecoding: boolean
   /** `medusaChoices` are honoured. */
   readonly medusa: boolean
+  /** The `libtensorrt_llm.so` the addon runs on (absent for the fake): `executorWorker` is installed near it. */
+  readonly libraryPath?: string
 }
 
 /** A running executor. */
@@ -226,6 +253,8 @@ export interface NativeExecutor {
   cancel(requestId: number): void
   /** The latest statistics (cheap; safe to call per scrape). */
   stats(): NativeStats
+  /** What the executor was created with (answers after shutdown too). */
+  info(): NativeExecutorInfo
   /**
    * Refuse new work, end every unfinished request with a final `shut_down` error response, deliver the
    * remaining responses, stop the poller thread and free the executor. Resolves after the last

@@ -37,7 +37,8 @@ import { readGuidedVocab } from './guided-vocab.ts'
 import { LORA_NOT_CACHED, LoraRegistry, type LoraEntry } from './lora-registry.ts'
 import type { NativeExecutor, NativeResponse, TrtllmAddon } from './native-api.ts'
 import { checkSupported, guidedJsonSchema, toFinishReason, toNativeRequest } from './request-mapping.ts'
-import { executorOptions, type TrtllmOptions } from './trtllm-options.ts'
+import { executorOptions, parallelMode, worldSize, type TrtllmOptions } from './trtllm-options.ts'
+import { resolveWorkerPath } from './worker-path.ts'
 
 /** What a `TrtllmBackend` is built from. */
 export interface TrtllmBackendInit {
@@ -141,6 +142,14 @@ export class TrtllmBackend implements Backend {
     if (options.guided_decoding && !native.guidedDecoding) {
       throw refuse(`guided_decoding is on, but this ${native.impl} build (${native.version}) has no guided decoding`)
     }
+    // Before the engine loads: orchestrator mode spawns the workers from this path.
+    const workerPath =
+      parallelMode(options) === 'orchestrator'
+        ? resolveWorkerPath(options.worker_path, worldSize(options), {
+            ...(process.env.TRTLLM_ROOT ? { trtllmRoot: process.env.TRTLLM_ROOT } : {}),
+            ...(native.libraryPath !== undefined ? { libraryPath: native.libraryPath } : {}),
+          })
+        : undefined
     const loraModules = engine.loraTargetModules.length
     const guided = options.guided_decoding ? await readGuidedVocab(this.#modelDir, engine.vocabSize) : undefined
     const executor = await this.#addon.create(
@@ -151,6 +160,7 @@ export class TrtllmBackend implements Backend {
           moduleLayersPerAdapter: loraModules * engine.numLayers,
           medusa: engine.medusaHeads > 0,
           vocabSize: engine.vocabSize,
+          ...(workerPath !== undefined ? { workerPath } : {}),
         },
         guided,
       ),
@@ -196,8 +206,17 @@ export class TrtllmBackend implements Backend {
         },
       },
     }
+    const parallel = executor.info()
     this.#logger.info(
-      { impl: native.impl, version: native.version, dtype: engine.dtype, medusaHeads: engine.medusaHeads },
+      {
+        impl: native.impl,
+        version: native.version,
+        dtype: engine.dtype,
+        medusaHeads: engine.medusaHeads,
+        parallelMode: parallel.parallelMode,
+        ranks: parallel.worldSize,
+        ...(parallel.workerPath !== undefined ? { workerPath: parallel.workerPath } : {}),
+      },
       'TensorRT-LLM executor ready',
     )
   }

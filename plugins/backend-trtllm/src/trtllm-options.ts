@@ -63,6 +63,12 @@ export const trtllmOptionsSchema = z
     pipeline_parallel: positiveInt.max(64).default(1),
     /** CUDA device ids, one per rank on this node (default 0 … tp·pp − 1). */
     device_ids: z.array(z.number().int().min(0)).min(1).optional(),
+    /**
+     * TensorRT-LLM's `executorWorker`, which the executor spawns once per rank when tp·pp > 1
+     * (orchestrator mode); relative to the configuration file. Default: found under `TRTLLM_ROOT` or
+     * beside the linked `libtensorrt_llm.so`. Checked at startup; ignored on one GPU.
+     */
+    worker_path: z.string().min(1).optional(),
     /** Structured output through TensorRT-LLM's guided decoding (xgrammar); needs a build that has it. */
     guided_decoding: z.boolean().default(false),
     /**
@@ -88,6 +94,22 @@ export type TrtllmOptions = z.output<typeof trtllmOptionsSchema>
 /** What `new TrtllmBackend(…, options)` accepts: any subset with `engine_dir`, defaults filled in. */
 export type TrtllmOptionsInput = z.input<typeof trtllmOptionsSchema>
 
+/** tensor_parallel × pipeline_parallel: the GPUs (and TensorRT-LLM ranks) serving the engine. */
+export function worldSize(options: Pick<TrtllmOptions, 'tensor_parallel' | 'pipeline_parallel'>): number {
+  return options.tensor_parallel * options.pipeline_parallel
+}
+
+/**
+ * The executor's communication mode: one GPU runs in this process; more run in orchestrator mode,
+ * where this process (the server) stays the only one that takes requests and the executor spawns one
+ * `executorWorker` per rank. Leader mode is never used: every MPI rank would run the whole server.
+ */
+export function parallelMode(
+  options: Pick<TrtllmOptions, 'tensor_parallel' | 'pipeline_parallel'>,
+): 'single' | 'orchestrator' {
+  return worldSize(options) > 1 ? 'orchestrator' : 'single'
+}
+
 /** Engine facts the executor options depend on. */
 export interface ExecutorSizing {
   /** Absolute engine directory. */
@@ -98,6 +120,8 @@ export interface ExecutorSizing {
   readonly medusa: boolean
   /** The model's vocabulary (the fake generates tokens below it). */
   readonly vocabSize: number
+  /** The resolved `executorWorker` (`resolveWorkerPath`), needed in orchestrator mode. */
+  readonly workerPath?: string
 }
 
 /**
@@ -129,6 +153,10 @@ export function executorOptions(
     tensorParallel: options.tensor_parallel,
     pipelineParallel: options.pipeline_parallel,
     ...(options.device_ids !== undefined ? { deviceIds: options.device_ids } : {}),
+    parallelMode: parallelMode(options),
+    ...(parallelMode(options) === 'orchestrator' && sizing.workerPath !== undefined
+      ? { workerPath: sizing.workerPath }
+      : {}),
     ...(guided !== undefined ? { guidedDecoding: guided } : {}),
     fake: {
       vocabSize: sizing.vocabSize,

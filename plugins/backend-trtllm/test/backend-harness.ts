@@ -68,6 +68,7 @@ export function recordingAddon(
           },
           cancel: (id) => executor.cancel(id),
           stats: () => executor.stats(),
+          info: () => executor.info(),
           shutdown: () => executor.shutdown(),
         }
         return recording

@@ -1,7 +1,7 @@
 // The addon on the fake executor: predictable tokens, streaming deltas, end ids and stop words, the
 // bounded batch, cancel, shutdown, stats, argument errors, and a process that exits on its own.
 import { spawnSync } from 'node:child_process'
-import { writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import t from 'tap'
 import { fakeToken, type NativeRequest, type NativeResponse } from '../src/native-api.ts'
@@ -65,7 +65,8 @@ const tokensOf = (list: readonly NativeResponse[]) => list.flatMap((r) => Array.
 t.test('the addon links the fake, and the Backend can refuse it', async (t) => {
   const addon = loadTrtllm()
   t.equal(addon.capabilities.impl, 'fake')
-  t.equal(addon.capabilities.abiVersion, 1)
+  t.equal(addon.capabilities.abiVersion, 2)
+  t.equal(addon.capabilities.libraryPath, undefined, 'the fake runs on no TensorRT-LLM library')
   t.equal(addon.capabilities.guidedDecoding, false)
   t.throws(() => requireTensorrtLlm(addon, false), { code: 'native_addon_missing', message: /TRTLLM_ROOT/ })
   t.doesNotThrow(() => requireTensorrtLlm(addon, true))
@@ -215,12 +216,16 @@ t.test('arguments are checked at the boundary, naming the field and the value', 
   }
   t.throws(() => ex.enqueue({ ...request([1]), guidedJsonSchema: '{}' }), { code: 'grammar_unsupported' })
   t.throws(() => ex.enqueue({ ...request([1]), maxTokens: -1 }), { code: 'native_error' })
+  const worker = path.join(t.testdir(), 'executorWorker')
+  writeFileSync(worker, '#!/bin/sh\n')
+  chmodSync(worker, 0o755)
   const full = await loadTrtllm().create(
     {
       engineDir: '/x',
       medusaChoices: [[0], [0, 0], [1]],
       deviceIds: [0, 1],
       tensorParallel: 2,
+      workerPath: worker,
       enableKvCacheBlockReuse: true,
       enableChunkedContext: true,
       kvCacheFreeGpuMemoryFraction: 0.5,
@@ -235,6 +240,10 @@ t.test('arguments are checked at the boundary, naming the field and the value', 
     [{ deviceIds: [0.5] }, /deviceIds\[0\]: expected an integer >= 0/],
     [{ kvCacheFreeGpuMemoryFraction: 2 }, /kvCacheFreeGpuMemoryFraction: expected a number in \[0, 1\], got 2/],
     [{ guidedDecoding: { encodedVocab: ['a', 3] } }, /guidedDecoding\.encodedVocab\[1\]: expected a string/],
+    [{ tensorParallel: 2, deviceIds: [0] }, /device_ids: one per rank is needed .* = 2\); got 1/],
+    [{ parallelMode: 'single', tensorParallel: 2 }, /comm_mode: SINGLE runs one process, .* = 2 needs ORCHESTRATOR/],
+    [{ parallelMode: 'mpi' }, /parallelMode: expected 'auto', 'single', 'leader' or 'orchestrator', got 'mpi'/],
+    [{ workerPath: 7 }, /workerPath: expected a string, got a number/],
   ]
   for (const [options, message] of badOptions) {
     await t.rejects(
@@ -277,5 +286,72 @@ process.on('exit', () => console.log('finals=' + finals))
     t.equal(run.status, 0, `${name} exits with 0 (${run.stderr})`)
     t.equal(run.signal, null, `${name} was not killed by the timeout`)
     t.match(run.stdout, `finals=${finals}`, `${name}: every request got its final response`)
+  }
+})
+
+t.test('multi-GPU: the fake receives the communication mode and the worker path, and checks the worker', async (t) => {
+  const dir = t.testdir()
+  const worker = path.join(dir, 'bin', 'executorWorker')
+  mkdirSync(path.dirname(worker))
+  writeFileSync(worker, '#!/bin/sh\n')
+  chmodSync(worker, 0o755)
+  const single = await loadTrtllm().create({ engineDir: '/x' }, () => {})
+  t.same(single.info(), { parallelMode: 'single', worldSize: 1, spawnedWorkers: 0, deviceIds: [] })
+  await single.shutdown()
+
+  // tp × pp > 1 with the default mode: orchestrator, one spawned worker per rank.
+  const orchestrated = await loadTrtllm().create(
+    { engineDir: '/x', tensorParallel: 2, pipelineParallel: 2, deviceIds: [3, 2, 1, 0], workerPath: worker },
+    () => {},
+  )
+  const expectedInfo = {
+    parallelMode: 'orchestrator',
+    worldSize: 4,
+    spawnedWorkers: 4,
+    workerPath: worker,
+    deviceIds: [3, 2, 1, 0],
+  }
+  t.same(orchestrated.info(), expectedInfo)
+  // It still serves from this one process.
+  const id = orchestrated.enqueue(request([1, 2], { streaming: false, maxTokens: 2 }))
+  t.ok(id > 0)
+  await orchestrated.shutdown()
+  t.same(orchestrated.info(), expectedInfo, 'info() answers after shutdown')
+
+  // Named explicitly, and leader mode (which spawns nothing, so needs no worker).
+  const named = await loadTrtllm().create(
+    { engineDir: '/x', tensorParallel: 2, parallelMode: 'orchestrator', workerPath: worker },
+    () => {},
+  )
+  t.match(named.info(), { parallelMode: 'orchestrator', spawnedWorkers: 2, workerPath: worker })
+  await named.shutdown()
+  const leader = await loadTrtllm().create({ engineDir: '/x', tensorParallel: 2, parallelMode: 'leader' }, () => {})
+  t.same(leader.info(), { parallelMode: 'leader', worldSize: 2, spawnedWorkers: 0, deviceIds: [] })
+  await leader.shutdown()
+  // One GPU: a worker path is not used.
+  const ignored = await loadTrtllm().create({ engineDir: '/x', workerPath: '/nonexistent/executorWorker' }, () => {})
+  t.equal(ignored.info().workerPath, undefined)
+  await ignored.shutdown()
+
+  // What TensorRT-LLM would fail on in MPI_Comm_spawn is refused at create, naming worker_path.
+  const notExecutable = path.join(dir, 'not-executable')
+  writeFileSync(notExecutable, '')
+  chmodSync(notExecutable, 0o644)
+  const refused: [Record<string, unknown>, RegExp][] = [
+    [
+      {},
+      /worker_path: TensorRT-LLM's executorWorker is required \(orchestrator mode spawns 2 executorWorker processes\)/,
+    ],
+    [{ workerPath: '' }, /worker_path: TensorRT-LLM's executorWorker is required/],
+    [{ workerPath: path.join(dir, 'missing') }, /worker_path: .*missing does not exist \(orchestrator mode spawns 2/],
+    [{ workerPath: notExecutable }, /worker_path: .*not-executable is not an executable file/],
+    [{ workerPath: path.dirname(worker) }, /worker_path: .*bin is not an executable file/],
+  ]
+  for (const [extra, message] of refused) {
+    await t.rejects(
+      loadTrtllm().create({ engineDir: '/x', tensorParallel: 2, ...extra }, () => {}),
+      { code: 'native_error', message },
+      String(message),
+    )
   }
 })

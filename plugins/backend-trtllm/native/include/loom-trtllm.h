@@ -28,8 +28,10 @@
 extern "C" {
 #endif
 
-/* Bumped when a struct below changes layout; the addon checks it against the linked implementation. */
-#define LOOM_TRTLLM_ABI_VERSION 1
+/* Bumped when a struct below changes layout; the addon checks it against the linked implementation.
+ * 2: executor options gained comm_mode and worker_path (appended), capabilities gained library_path
+ *    (appended), and loom_trtllm_info_get was added. */
+#define LOOM_TRTLLM_ABI_VERSION 2
 
 typedef enum loom_trtllm_status {
   LOOM_TRTLLM_OK = 0,
@@ -80,6 +82,22 @@ typedef enum loom_trtllm_error_kind {
   LOOM_TRTLLM_ERROR_INTERNAL = 5
 } loom_trtllm_error_kind;
 
+/* How the executor spreads a tensor/pipeline-parallel engine over processes (TensorRT-LLM's
+ * ParallelConfig CommunicationMode, plus SINGLE for "no parallel config"). */
+typedef enum loom_trtllm_comm_mode {
+  /* SINGLE when tensor_parallel * pipeline_parallel is 1, ORCHESTRATOR when it is more. */
+  LOOM_TRTLLM_COMM_AUTO = 0,
+  /* One process, one GPU; no MPI. Only for tensor_parallel * pipeline_parallel == 1. */
+  LOOM_TRTLLM_COMM_SINGLE = 1,
+  /* kLEADER: the caller runs on every MPI rank (mpirun -n tp*pp) and rank 0 takes the requests. Kept for
+   * programs built for that; Loom's server is not (every rank would serve HTTP) and never asks for it. */
+  LOOM_TRTLLM_COMM_LEADER = 2,
+  /* kORCHESTRATOR: this process enqueues and awaits only; the executor spawns tp*pp worker processes
+   * from worker_path (TensorRT-LLM's executorWorker) with MPI_Comm_spawn, and they load rank<N>.engine.
+   * This process must not run under mpirun with more than one rank (TensorRT-LLM wants world size 1). */
+  LOOM_TRTLLM_COMM_ORCHESTRATOR = 3
+} loom_trtllm_comm_mode;
+
 /* Opaque executor handle. */
 typedef struct loom_trtllm_executor loom_trtllm_executor;
 
@@ -113,8 +131,9 @@ typedef struct loom_trtllm_executor_options {
   const int32_t* medusa_choices;
   const int32_t* medusa_choice_offsets;
   size_t medusa_num_choices;
-  /* Multi-GPU: tensor and pipeline parallel sizes (0 or 1: single GPU) and the CUDA device ids to use
-   * (NULL/0: the executor picks 0..tp*pp-1). The world comes from MPI (mpirun). */
+  /* Multi-GPU: tensor and pipeline parallel sizes (0 or 1: single GPU) and the CUDA device ids to use,
+   * one per rank (NULL/0: the executor picks 0..tp*pp-1). comm_mode and worker_path (below) say how the
+   * ranks are started. */
   int32_t tensor_parallel;
   int32_t pipeline_parallel;
   const int32_t* device_ids;
@@ -134,6 +153,11 @@ typedef struct loom_trtllm_executor_options {
   int32_t fake_step_us;
   int32_t fake_tokens_per_step;
   int32_t fake_vocab_size;
+  /* ABI 2. How the ranks run (see loom_trtllm_comm_mode; 0: AUTO). */
+  loom_trtllm_comm_mode comm_mode;
+  /* ORCHESTRATOR: TensorRT-LLM's executorWorker binary, an existing executable file (create fails with
+   * INVALID_ARGUMENT naming worker_path otherwise, in the fake too). Ignored in the other modes. */
+  const char* worker_path;
 } loom_trtllm_executor_options;
 
 /* One generation request. Optional numeric fields have a has_* flag. */
@@ -246,7 +270,20 @@ typedef struct loom_trtllm_capabilities {
   const char* version;     /* implementation version text (static string) */
   int32_t guided_decoding; /* 1: guided_json_schema is honoured */
   int32_t medusa;          /* 1: medusa_choices are honoured */
+  /* ABI 2. The shared library the implementation runs from (libtensorrt_llm.so, found with dladdr), so
+   * callers can find files installed next to it (bin/executorWorker); NULL for the fake. */
+  const char* library_path;
 } loom_trtllm_capabilities;
+
+/* What an executor was created with, as the implementation resolved it (for logs and tests). */
+typedef struct loom_trtllm_executor_info {
+  loom_trtllm_comm_mode comm_mode; /* the effective mode: never AUTO */
+  int32_t world_size;              /* tensor_parallel * pipeline_parallel */
+  int32_t spawned_workers;         /* processes the executor spawned: world_size in ORCHESTRATOR, else 0 */
+  const char* worker_path;         /* ORCHESTRATOR: the executorWorker given; NULL otherwise */
+  const int32_t* device_ids;       /* as given (NULL/0: the executor's default, 0..world_size-1) */
+  size_t num_device_ids;
+} loom_trtllm_executor_info;
 
 /* Facts of the linked implementation; needs no executor. */
 void loom_trtllm_get_capabilities(loom_trtllm_capabilities* out);
@@ -274,6 +311,10 @@ loom_trtllm_status loom_trtllm_cancel(loom_trtllm_executor* ex, uint64_t request
 /* The latest statistics. */
 loom_trtllm_status loom_trtllm_stats_get(loom_trtllm_executor* ex, loom_trtllm_stats* out, char* err,
                                          size_t err_size);
+
+/* What the executor was created with. Pointers stay valid until loom_trtllm_destroy. */
+loom_trtllm_status loom_trtllm_info_get(loom_trtllm_executor* ex, loom_trtllm_executor_info* out, char* err,
+                                        size_t err_size);
 
 /* Stop the executor: enqueue fails with SHUT_DOWN from now on; every unfinished request gets a final
  * error response (kind SHUT_DOWN) through await, which then returns SHUT_DOWN. Blocks until the executor's

@@ -323,7 +323,42 @@ struct ConvertedOptions {
   std::vector<std::string> guided_vocab;
   std::vector<const char*> guided_vocab_ptrs;
   std::string guided_tokenizer;
+  std::string worker_path;
 };
+
+const char* comm_mode_name(loom_trtllm_comm_mode m) {
+  switch (m) {
+    case LOOM_TRTLLM_COMM_SINGLE: return "single";
+    case LOOM_TRTLLM_COMM_LEADER: return "leader";
+    case LOOM_TRTLLM_COMM_ORCHESTRATOR: return "orchestrator";
+    default: return "auto";
+  }
+}
+
+// parallelMode ('auto' | 'single' | 'leader' | 'orchestrator') and workerPath.
+bool convert_parallel(Reader& rd, const Napi::Object& o, ConvertedOptions* out) {
+  Napi::Value mv = o.Get("parallelMode");
+  if (!mv.IsUndefined()) {
+    const std::string m = mv.IsString() ? mv.As<Napi::String>().Utf8Value() : "";
+    bool known = false;
+    for (loom_trtllm_comm_mode c : {LOOM_TRTLLM_COMM_AUTO, LOOM_TRTLLM_COMM_SINGLE, LOOM_TRTLLM_COMM_LEADER,
+                                    LOOM_TRTLLM_COMM_ORCHESTRATOR})
+      if (m == comm_mode_name(c)) {
+        out->opts.comm_mode = c;
+        known = true;
+      }
+    if (!known)
+      return rd.fail("parallelMode: expected 'auto', 'single', 'leader' or 'orchestrator', got " +
+                     (mv.IsString() ? "'" + m + "'" : Reader::type_name(mv)));
+  }
+  Napi::Value wv = o.Get("workerPath");
+  if (!wv.IsUndefined()) {
+    if (!wv.IsString()) return rd.fail("workerPath: expected a string, got " + Reader::type_name(wv));
+    out->worker_path = wv.As<Napi::String>().Utf8Value();
+    out->opts.worker_path = out->worker_path.c_str();
+  }
+  return true;
+}
 
 // An array of integers in [0, 2^31) into `out`; `field` names it in the message.
 bool int_array(Reader& rd, Napi::Value v, const std::string& field, std::vector<int32_t>* out) {
@@ -435,7 +470,7 @@ bool convert_options(Reader& rd, const Napi::Object& o, ConvertedOptions* out) {
     x.device_ids = out->device_ids.data();
     x.num_device_ids = out->device_ids.size();
   }
-  if (!convert_guided(rd, o, out)) return false;
+  if (!convert_guided(rd, o, out) || !convert_parallel(rd, o, out)) return false;
   Napi::Value fv = o.Get("fake");
   if (!fv.IsUndefined()) {
     if (!fv.IsObject()) return rd.fail("fake: expected an object, got " + Reader::type_name(fv));
@@ -582,16 +617,47 @@ class Executor : public Napi::ObjectWrap<Executor> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "TrtllmExecutor",
                        {InstanceMethod<&Executor::Enqueue>("enqueue"), InstanceMethod<&Executor::Cancel>("cancel"),
-                        InstanceMethod<&Executor::Stats>("stats"), InstanceMethod<&Executor::Shutdown>("shutdown")});
+                        InstanceMethod<&Executor::Stats>("stats"), InstanceMethod<&Executor::Info>("info"),
+                        InstanceMethod<&Executor::Shutdown>("shutdown")});
   }
 
   explicit Executor(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Executor>(info) {}
 
-  // Called once by Create's completion, on the JS thread.
-  void Attach(std::shared_ptr<ExecutorState> st) { state_ = std::move(st); }
+  // Called once by Create's completion, on the JS thread. The executor's info is copied now, so info()
+  // still answers after shutdown has freed the handle.
+  void Attach(std::shared_ptr<ExecutorState> st) {
+    state_ = std::move(st);
+    loom_trtllm_executor_info x{};
+    if (loom_trtllm_info_get(state_->ex, &x, nullptr, 0) == LOOM_TRTLLM_OK) {
+      mode_ = x.comm_mode;
+      world_ = x.world_size;
+      spawned_ = x.spawned_workers;
+      has_worker_ = x.worker_path != nullptr;
+      if (has_worker_) worker_path_ = x.worker_path;
+      if (x.device_ids) device_ids_.assign(x.device_ids, x.device_ids + x.num_device_ids);
+    }
+  }
 
  private:
   std::shared_ptr<ExecutorState> state_;
+  loom_trtllm_comm_mode mode_ = LOOM_TRTLLM_COMM_SINGLE;
+  int32_t world_ = 1, spawned_ = 0;
+  bool has_worker_ = false;
+  std::string worker_path_;
+  std::vector<int32_t> device_ids_;
+
+  Napi::Value Info(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("parallelMode", Napi::String::New(env, comm_mode_name(mode_)));
+    o.Set("worldSize", Napi::Number::New(env, world_));
+    o.Set("spawnedWorkers", Napi::Number::New(env, spawned_));
+    if (has_worker_) o.Set("workerPath", Napi::String::New(env, worker_path_));
+    Napi::Array ids = Napi::Array::New(env, device_ids_.size());
+    for (size_t i = 0; i < device_ids_.size(); i++) ids.Set(uint32_t(i), Napi::Number::New(env, device_ids_[i]));
+    o.Set("deviceIds", ids);
+    return o;
+  }
 
   bool usable(Napi::Env env) {
     if (!state_) {
@@ -768,6 +834,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   c.Set("abiVersion", Napi::Number::New(env, caps.abi_version));
   c.Set("guidedDecoding", Napi::Boolean::New(env, caps.guided_decoding != 0));
   c.Set("medusa", Napi::Boolean::New(env, caps.medusa != 0));
+  if (caps.library_path) c.Set("libraryPath", Napi::String::New(env, caps.library_path));
   exports.Set("capabilities", c);
   exports.Set("create", Napi::Function::New(env, Create, "create"));
   return exports;

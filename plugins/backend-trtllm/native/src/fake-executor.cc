@@ -22,6 +22,10 @@
 //     stored, evicts the least recently used tasks that no running request uses. The cache is consulted
 //     when a request is admitted: an id-only request for a task not cached gets TensorRT-LLM's exact
 //     error "LoRA task <id> not found in cache. Please send LoRA weights with request".
+// Multi-GPU: the fake runs in this one process whatever the options say. It checks comm_mode and
+// worker_path as TensorRT-LLM would need them (a missing or non-executable executorWorker is refused at
+// create, as the real implementation does before MPI_Comm_spawn) and reports what it received through
+// loom_trtllm_info_get, so tests can see what the real executor would have been given.
 // Thread safety: one mutex guards everything; enqueue/cancel/stats run on any thread, await on one.
 #include <algorithm>
 #include <chrono>
@@ -120,6 +124,7 @@ struct loom_trtllm_executor {
   int32_t tokens_per_step = 1;
   int32_t vocab = kDefaultVocab;
   int64_t lora_capacity = kDefaultLoraRows;
+  loom_trtllm::ParallelSetup parallel;  // what create received (loom_trtllm_info_get)
 
   std::mutex mu;
   std::mutex shutdown_mu;  // serialises shutdown calls (the join runs outside mu)
@@ -324,6 +329,7 @@ void loom_trtllm_get_capabilities(loom_trtllm_capabilities* out) {
   out->version = "loom-fake-1";
   out->guided_decoding = 0;
   out->medusa = 1;  // accepted and ignored: the fake's tokens are the same with or without a tree
+  out->library_path = nullptr;
 }
 
 loom_trtllm_status loom_trtllm_create(const loom_trtllm_executor_options* options, loom_trtllm_executor** out,
@@ -339,6 +345,7 @@ loom_trtllm_status loom_trtllm_create(const loom_trtllm_executor_options* option
   if (options->fake_vocab_size > 0) ex->vocab = options->fake_vocab_size;
   if (options->lora_cache_host_module_layers > 0) ex->lora_capacity = options->lora_cache_host_module_layers;
   try {
+    ex->parallel = loom_trtllm::parallel_setup(*options);
     ex->worker = std::thread([p = ex.get()] { p->run(); });
   } catch (const std::exception& e) {
     return fail(LOOM_TRTLLM_INTERNAL, err, err_size, std::string("cannot start the fake's worker thread: ") + e.what());
@@ -442,6 +449,13 @@ loom_trtllm_status loom_trtllm_stats_get(loom_trtllm_executor* ex, loom_trtllm_s
   s.lora_cache_module_layers_used = ex->lora_rows_used;
   s.lora_cache_module_layers_total = ex->lora_capacity;
   *out = s;
+  return LOOM_TRTLLM_OK;
+}
+
+loom_trtllm_status loom_trtllm_info_get(loom_trtllm_executor* ex, loom_trtllm_executor_info* out, char* err,
+                                        size_t err_size) {
+  if (!ex || !out) return fail(LOOM_TRTLLM_INVALID_ARGUMENT, err, err_size, "executor and out are required");
+  ex->parallel.fill(out);  // fixed at create: no lock needed
   return LOOM_TRTLLM_OK;
 }
 

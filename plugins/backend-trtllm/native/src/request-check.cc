@@ -3,6 +3,9 @@
 // field, its limit and the value, instead of as a late error response from deep inside the executor.
 #include "request-check.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -38,6 +41,43 @@ std::string check_words(const char* field, const int32_t* tokens, const int32_t*
         return std::string(field) + "[" + std::to_string(i) + "]: token ids must be >= 0; got " +
                std::to_string(tokens[at]);
   }
+  return "";
+}
+
+int32_t world_of(const loom_trtllm_executor_options& o) {
+  return (o.tensor_parallel > 1 ? o.tensor_parallel : 1) * (o.pipeline_parallel > 1 ? o.pipeline_parallel : 1);
+}
+
+loom_trtllm_comm_mode mode_of(const loom_trtllm_executor_options& o) {
+  if (o.comm_mode != LOOM_TRTLLM_COMM_AUTO) return o.comm_mode;
+  return world_of(o) > 1 ? LOOM_TRTLLM_COMM_ORCHESTRATOR : LOOM_TRTLLM_COMM_SINGLE;
+}
+
+// Orchestrator mode hands worker_path to MPI_Comm_spawn on every rank start; a wrong path fails there
+// deep inside MPI (often aborting the process), so both implementations refuse it up front.
+std::string check_parallel(const loom_trtllm_executor_options& o) {
+  if (o.tensor_parallel < 0 || o.pipeline_parallel < 0) return "tensor_parallel/pipeline_parallel: must be >= 0";
+  if (o.comm_mode < LOOM_TRTLLM_COMM_AUTO || o.comm_mode > LOOM_TRTLLM_COMM_ORCHESTRATOR)
+    return "comm_mode: unknown value " + std::to_string(int(o.comm_mode));
+  const int32_t world = world_of(o);
+  if (o.num_device_ids > 0 && !o.device_ids) return "device_ids: required when num_device_ids > 0";
+  for (size_t i = 0; i < o.num_device_ids; i++)
+    if (o.device_ids[i] < 0) return "device_ids[" + std::to_string(i) + "]: must be >= 0; got " + std::to_string(o.device_ids[i]);
+  if (o.num_device_ids > 0 && o.num_device_ids != size_t(world))
+    return "device_ids: one per rank is needed (tensor_parallel * pipeline_parallel = " + std::to_string(world) +
+           "); got " + std::to_string(o.num_device_ids);
+  const loom_trtllm_comm_mode mode = mode_of(o);
+  if (mode == LOOM_TRTLLM_COMM_SINGLE && world > 1)
+    return "comm_mode: SINGLE runs one process, but tensor_parallel * pipeline_parallel = " + std::to_string(world) +
+           " needs ORCHESTRATOR (or LEADER under mpirun)";
+  if (mode != LOOM_TRTLLM_COMM_ORCHESTRATOR) return "";
+  const std::string ranks = " (orchestrator mode spawns " + std::to_string(world) + " executorWorker process" +
+                            (world == 1 ? "" : "es") + ")";
+  if (!o.worker_path || !*o.worker_path) return "worker_path: TensorRT-LLM's executorWorker is required" + ranks;
+  struct stat st {};
+  if (stat(o.worker_path, &st) != 0) return std::string("worker_path: ") + o.worker_path + " does not exist" + ranks;
+  if (!S_ISREG(st.st_mode) || access(o.worker_path, X_OK) != 0)
+    return std::string("worker_path: ") + o.worker_path + " is not an executable file" + ranks;
   return "";
 }
 
@@ -155,10 +195,7 @@ std::string check_options(const loom_trtllm_executor_options& o) {
                  std::to_string(o.medusa_choices[j]);
     }
   }
-  if (o.tensor_parallel < 0 || o.pipeline_parallel < 0) return "tensor_parallel/pipeline_parallel: must be >= 0";
-  if (o.num_device_ids > 0 && !o.device_ids) return "device_ids: required when num_device_ids > 0";
-  for (size_t i = 0; i < o.num_device_ids; i++)
-    if (o.device_ids[i] < 0) return "device_ids[" + std::to_string(i) + "]: must be >= 0; got " + std::to_string(o.device_ids[i]);
+  if (const std::string e = check_parallel(o); !e.empty()) return e;
   if (o.iter_stats_max_iterations < 0) return "iter_stats_max_iterations: must be >= 0";
   if (o.guided_vocab_size > 0 && !o.guided_vocab) return "guided_vocab: required when guided_vocab_size > 0";
   for (size_t i = 0; i < o.guided_vocab_size; i++)
@@ -186,6 +223,24 @@ std::vector<std::vector<int32_t>> medusa_paths(const loom_trtllm_executor_option
   for (size_t i = 0; i < o.medusa_num_choices; i++)
     out.emplace_back(o.medusa_choices + o.medusa_choice_offsets[i], o.medusa_choices + o.medusa_choice_offsets[i + 1]);
   return out;
+}
+
+ParallelSetup parallel_setup(const loom_trtllm_executor_options& o) {
+  ParallelSetup p;
+  p.mode = mode_of(o);
+  p.world = world_of(o);
+  if (p.mode == LOOM_TRTLLM_COMM_ORCHESTRATOR && o.worker_path) p.worker_path = o.worker_path;
+  if (o.num_device_ids > 0) p.device_ids.assign(o.device_ids, o.device_ids + o.num_device_ids);
+  return p;
+}
+
+void ParallelSetup::fill(loom_trtllm_executor_info* out) const {
+  out->comm_mode = mode;
+  out->world_size = world;
+  out->spawned_workers = mode == LOOM_TRTLLM_COMM_ORCHESTRATOR ? world : 0;
+  out->worker_path = mode == LOOM_TRTLLM_COMM_ORCHESTRATOR ? worker_path.c_str() : nullptr;
+  out->device_ids = device_ids.empty() ? nullptr : device_ids.data();
+  out->num_device_ids = device_ids.size();
 }
 
 std::string lora_not_cached_message(uint64_t task_id) {

@@ -34,6 +34,19 @@ std::vector<std::vector<int32_t>> word_list(const int32_t* tokens, const int32_t
 // The Medusa tree of the options as one path per entry; assumes check_options passed.
 std::vector<std::vector<int32_t>> medusa_paths(const loom_trtllm_executor_options& o);
 
+// How an executor's ranks run, resolved from the options (AUTO made explicit), with the storage that
+// loom_trtllm_executor_info points into. Both implementations keep one for loom_trtllm_info_get.
+struct ParallelSetup {
+  loom_trtllm_comm_mode mode = LOOM_TRTLLM_COMM_SINGLE;
+  int32_t world = 1;        // tensor_parallel * pipeline_parallel
+  std::string worker_path;  // ORCHESTRATOR only
+  std::vector<int32_t> device_ids;
+  void fill(loom_trtllm_executor_info* out) const;
+};
+
+// The setup of `o`; assumes check_options passed.
+ParallelSetup parallel_setup(const loom_trtllm_executor_options& o);
+
 // TensorRT-LLM's LoRA cache-miss text, which callers may match verbatim.
 std::string lora_not_cached_message(uint64_t task_id);
 

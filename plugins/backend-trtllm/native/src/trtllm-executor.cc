@@ -16,7 +16,13 @@
 //     request we cancelled that reports kNOT_FINISHED;
 //   - shutdown ends every request still live with an error response of kind SHUT_DOWN, because the
 //     executor's own shutdown stops without answering them.
+// Multi-GPU (tp*pp > 1) runs in orchestrator mode: this process is TensorRT-LLM's orchestrator, which
+// MPI_Comm_spawns tp*pp processes of worker_path (executorWorker) that load rank<N>.engine; requests and
+// responses go to and from the leader worker over MPI. Only the orchestrator may enqueue and await, which
+// is all this file does. Participant ids stay unset (TensorRT-LLM refuses them when it spawns).
 // Every call into TensorRT-LLM is wrapped: its exceptions become statuses and messages.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -135,11 +141,27 @@ tle::ExecutorConfig executor_config(const loom_trtllm_executor_options& o) {
     cfg.setDecodingConfig(decoding);
   }
 
-  // TP/PP: the world comes from MPI; device ids pin the GPUs when given.
-  const int32_t world = std::max(1, o.tensor_parallel) * std::max(1, o.pipeline_parallel);
-  if (world > 1 || o.num_device_ids > 0) {
-    tle::ParallelConfig parallel(tle::CommunicationType::kMPI, tle::CommunicationMode::kLEADER);
-    if (o.num_device_ids > 0) parallel.setDeviceIds(std::vector<tle::SizeType32>(o.device_ids, o.device_ids + o.num_device_ids));
+  // Multi-GPU and device pinning (check_options made the mode consistent with tp*pp).
+  const loom_trtllm::ParallelSetup setup = loom_trtllm::parallel_setup(o);
+  if (setup.mode != LOOM_TRTLLM_COMM_SINGLE || !setup.device_ids.empty()) {
+    tle::ParallelConfig parallel;
+    parallel.setCommunicationType(tle::CommunicationType::kMPI);
+    if (setup.mode == LOOM_TRTLLM_COMM_ORCHESTRATOR) {
+      // isOrchestrator, the worker binary, no leader communicator of ours, spawn the workers: what
+      // TensorRT-LLM's own executorWorker expects of its parent (executor_worker/executorWorker.cpp).
+      tle::OrchestratorConfig orchestrator;
+      orchestrator.setIsOrchestrator(true);
+      orchestrator.setWorkerExecutablePath(setup.worker_path);
+      orchestrator.setSpawnProcesses(true);
+      parallel.setCommunicationMode(tle::CommunicationMode::kORCHESTRATOR);
+      parallel.setOrchestratorConfig(orchestrator);
+    } else {
+      // LEADER, or SINGLE with device ids: a world of one rank in leader mode is the plain executor.
+      parallel.setCommunicationMode(tle::CommunicationMode::kLEADER);
+    }
+    // The workers receive the device ids with the rest of this configuration.
+    if (!setup.device_ids.empty())
+      parallel.setDeviceIds(std::vector<tle::SizeType32>(setup.device_ids.begin(), setup.device_ids.end()));
     cfg.setParallelConfig(parallel);
   }
 
@@ -211,6 +233,7 @@ tle::Request to_request(const loom_trtllm_request& q) {
 
 struct loom_trtllm_executor {
   std::unique_ptr<tle::Executor> executor;
+  loom_trtllm::ParallelSetup parallel;  // what create was given (loom_trtllm_info_get)
   bool guided = false;        // created with a guided decoding config
   std::mutex mu;              // guards everything below; never held across awaitResponses
   std::mutex shutdown_mu;     // serialises shutdown
@@ -268,6 +291,9 @@ void loom_trtllm_get_capabilities(loom_trtllm_capabilities* out) {
   out->version = tle::version();
   out->guided_decoding = LOOM_TRTLLM_HAS_GUIDED_DECODING;
   out->medusa = 1;
+  // The libtensorrt_llm.so this addon resolved tle::version from: executorWorker is installed beside it.
+  Dl_info where{};
+  out->library_path = dladdr(reinterpret_cast<void*>(&tle::version), &where) != 0 ? where.dli_fname : nullptr;
 }
 
 loom_trtllm_status loom_trtllm_create(const loom_trtllm_executor_options* options, loom_trtllm_executor** out,
@@ -281,6 +307,7 @@ loom_trtllm_status loom_trtllm_create(const loom_trtllm_executor_options* option
     tle::ExecutorConfig cfg = executor_config(*options);
     ex->guided = LOOM_TRTLLM_HAS_GUIDED_DECODING && options->guided_vocab_size > 0;
     ex->max_batch = options->max_batch_size;
+    ex->parallel = loom_trtllm::parallel_setup(*options);
     ex->executor = std::make_unique<tle::Executor>(std::filesystem::path(options->engine_dir),
                                                    tle::ModelType::kDECODER_ONLY, cfg);
     *out = ex.release();
@@ -399,6 +426,13 @@ loom_trtllm_status loom_trtllm_stats_get(loom_trtllm_executor* ex, loom_trtllm_s
   out->lora_tasks_cached = -1;
   out->lora_cache_module_layers_used = -1;
   out->lora_cache_module_layers_total = -1;
+  return LOOM_TRTLLM_OK;
+}
+
+loom_trtllm_status loom_trtllm_info_get(loom_trtllm_executor* ex, loom_trtllm_executor_info* out, char* err,
+                                        size_t err_size) {
+  if (!ex || !out) return fail(LOOM_TRTLLM_INVALID_ARGUMENT, err, err_size, "executor and out are required");
+  ex->parallel.fill(out);  // fixed at create: no lock needed
   return LOOM_TRTLLM_OK;
 }
 
