@@ -27,7 +27,9 @@ t.test('signals of finished acquisitions are released from the close signal', as
     },
     fetch: async () => undefined,
   }
-  const backend = { loadAdapter: async () => ({ key: 'dirs:a@r1', id: 'a', kind: 'lora', size: 8 }) } as unknown as Backend
+  const backend = {
+    loadAdapter: async () => ({ key: 'dirs:a@r1', id: 'a', kind: 'lora', size: 8 }),
+  } as unknown as Backend
   const adapters = new AdapterManager({
     sources: new Map([['dirs', source]]),
     auth: new AuthGate({ checkers: new Map(), ttlSeconds: 0 }),
