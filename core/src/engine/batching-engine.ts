@@ -27,7 +27,7 @@ import { draftFromHeads } from './medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
 import { TreeFamily } from './medusa/tree-family.ts'
-import { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
+import { AdaptiveTreePolicy, speculationKey } from './medusa/tree-policy.ts'
 import { headSpacing, type PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
 import { logSumExp } from './sampler/softmax.ts'
@@ -123,6 +123,8 @@ export class BatchingEngine implements Backend {
   private readonly tree: MedusaTree
   /** Most candidates any head proposes in the full tree (drafts need that many ids a head row). */
   private readonly draftTopK: number
+  private readonly choices: readonly (readonly number[])[]
+  /** The full tree's family when the policy is off (with it, every key has its own family). */
   private readonly treeFamily: TreeFamily
   private readonly treePolicy: AdaptiveTreePolicy | null
   private readonly speculationMaxBatchSize: number
@@ -148,8 +150,9 @@ export class BatchingEngine implements Backend {
     const choices = speculation.choices ?? DEFAULT_MEDUSA_CHOICES
     this.tree = new MedusaTree(choices)
     this.draftTopK = Math.max(0, ...this.tree.topKPerHead)
+    this.choices = choices
     this.treeFamily = new TreeFamily(this.tree, choices)
-    this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy(this.treeFamily)
+    this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy()
     this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
     this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
@@ -224,7 +227,7 @@ export class BatchingEngine implements Backend {
     }
     const contextLimit = Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity)
     const speculation = {
-      family: this.treeFamily,
+      familyOf: (seq: Sequence) => this.familyOf(seq),
       maxBatchSize: this.speculationMaxBatchSize,
       maxTokens: this.speculationMaxTokens,
       contextLimit,
@@ -321,6 +324,9 @@ export class BatchingEngine implements Backend {
       sampling: new SamplingState(request.sampling, request.inputIds),
       channel,
       submittedAt: this.now(),
+      ...(speculator !== null
+        ? { drafter: 'medusa' as const, policyKey: speculationKey(adapter?.key ?? null, speculator.key) }
+        : {}),
     })
     const current = seq
     this.active.add(current)
@@ -493,6 +499,13 @@ export class BatchingEngine implements Backend {
     }
   }
 
+  /** The candidate trees of a sequence's policy key (see `SchedulerSpeculation.familyOf`). */
+  private familyOf(seq: Sequence): TreeFamily {
+    const policy = this.treePolicy
+    if (policy === null) return this.treeFamily
+    return policy.family(seq.policyKey, () => new TreeFamily(this.tree, this.choices))
+  }
+
   /** Feed a decode-only step's time to the adaptive tree policy (prefill steps would skew it). */
   private recordStepCost(rows: readonly PlannedRow[], ms: number): void {
     const policy = this.treePolicy
@@ -545,7 +558,7 @@ export class BatchingEngine implements Backend {
           this.verify(loaded, planned, output, base, headBase, rowIndex)
         } else if (planned.samples) {
           this.sampleNext(loaded, seq, output, base + (row.logitIndices.length - 1) * V)
-          if (seq.request.speculator !== null) this.nextDraft(loaded, seq, planned, output, headBase, 0)
+          if (seq.drafter !== null) this.nextDraft(loaded, seq, planned, output, headBase, 0)
         }
       } catch (err) {
         this.logger.error({ err, requestId: seq.request.id }, 'sampling failed')
@@ -622,7 +635,7 @@ export class BatchingEngine implements Backend {
           break
         }
       }
-      this.treePolicy?.recordChildren(subTree, node, treeNodes, next)
+      this.treePolicy?.recordChildren(seq.policyKey, subTree, node, treeNodes, next)
       if (next < 0) break
       accepted.push(next)
       node = next

@@ -72,7 +72,7 @@ export function buildRow(seq: Sequence, chunk: number, medusa = false): PlannedR
 }
 
 /**
- * Build a Medusa verification row for a decoding sequence with a draft: the last sampled token
+ * Build a verification row for a decoding sequence with a draft (Medusa heads' or prompt lookup's): the last sampled token
  * (the root, not yet in the cache) plus the first `nodes - 1` candidates of `subTree` (a tree of
  * the family, its candidates taken from the draft of the full tree), at positions
  * `cacheLen + depth`, attending to their ancestors only. Logits come back for every node
@@ -108,10 +108,12 @@ export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number, gre
     medusaSlot: seq.medusaSlot,
     // Greedy leaf: the runner runs the heads at the node where its greedy walk stops, the node
     // this walk will stop at too; else at spaced chain nodes, for a walk that stops anywhere.
-    medusaIndices: greedyLeaf
-      ? NO_INDICES
-      : spacedHeadNodes(tree, nodes, headSpacing(seq.request.speculator!.size, tree.depth[nodes - 1]!)),
-    ...(greedyLeaf ? { medusaLeaf: true } : {}),
+    // A prompt-lookup row has no heads.
+    medusaIndices:
+      greedyLeaf || seq.medusaSlot < 0
+        ? NO_INDICES
+        : spacedHeadNodes(tree, nodes, headSpacing(seq.request.speculator!.size, tree.depth[nodes - 1]!)),
+    ...(greedyLeaf && seq.medusaSlot >= 0 ? { medusaLeaf: true } : {}),
   }
   return {
     seq,

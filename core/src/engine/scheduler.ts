@@ -1,7 +1,7 @@
 import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
-import type { AdaptiveTreePolicy } from './medusa/tree-policy.ts'
+import type { AdaptiveTreePolicy, PolicyGroup } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
 import { penaltiesActive } from './sampler/penalties.ts'
 import type { Sequence } from './sequence.ts'
@@ -19,10 +19,13 @@ export interface SchedulerLimits {
  */
 export type AdapterSlotOf = (seq: Sequence) => number | null
 
-/** How the scheduler plans Medusa verification rows (see `Scheduler`, step 1). */
+/** How the scheduler plans verification rows (see `Scheduler`, step 1). */
 export interface SchedulerSpeculation {
-  /** The candidate trees; without a policy, always the full one. */
-  readonly family: TreeFamily
+  /**
+   * The candidate trees of a sequence with a drafter: its policy key's family (Medusa's tree, or
+   * prompt lookup's chain); without a policy, always the full tree of it.
+   */
+  readonly familyOf: (seq: Sequence) => TreeFamily
   /** No tree rows (and no head logits) in a step when more sequences than this are running. */
   readonly maxBatchSize: number
   /** Most candidate tokens (tree nodes other than roots) per step, over all rows. */
@@ -31,7 +34,7 @@ export interface SchedulerSpeculation {
   readonly contextLimit: number
   /** Medusa slot of a sequence's speculator (-1: none); called at admission, once its adapters are resident. */
   readonly medusaSlotOf: (seq: Sequence) => number
-  /** Picks the tree size each step from measured costs; null: the largest tree that fits. */
+  /** Picks each key's tree size every step from measured costs; null: the largest tree that fits. */
   readonly policy: AdaptiveTreePolicy | null
   /**
    * The runner can run the heads at the greedy walk's last node only (`StepRow.medusaLeaf`):
@@ -56,12 +59,13 @@ export interface StepPlan {
  *    **preempted**: its blocks are freed and it goes back to the front of the waiting line to be
  *    recomputed from scratch later (prompt + tokens generated so far, in one prefill; its sampler
  *    state is kept, so the output is unchanged). A sequence preempts itself when it is the newest.
- *    Medusa: when at most `speculation.maxBatchSize` sequences are running, a decoding sequence
- *    with a draft gets a verification row instead (root + a prefix of the tree), cut to its
- *    remaining token allowance and context, to the step's candidate budget (sequences that went
- *    longest without a tree first) and to the blocks free — speculation never preempts anyone.
- *    Every row of a sequence with a speculator then also asks for head logits at its sampled
- *    position, so the next step has a draft; when speculation is off, none are asked for.
+ *    Speculation: when at most `speculation.maxBatchSize` sequences are running, a decoding
+ *    sequence with a draft (Medusa heads' or prompt lookup's) gets a verification row instead
+ *    (root + a prefix of its key's tree, sized per key by the policy), cut to its remaining token
+ *    allowance and context, to the step's candidate budget (sequences that went longest without a
+ *    tree first) and to the blocks free — speculation never preempts anyone. Every row of a
+ *    sequence with Medusa heads then also asks for head logits at its sampled position, so the
+ *    next step has a draft; when speculation is off, none are asked for.
  * 2. running sequences still prefilling a long prompt get their next chunk, within the prefill-token
  *    budget and the free blocks;
  * 3. waiting sequences are admitted — preempted ones first, then the per-adapter queues
@@ -180,15 +184,23 @@ export class Scheduler {
       if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
     }
     const trees = speculate ? this.planTrees(decoders, speculation) : null
-    // While the policy finds plain decoding faster, plain rows skip the heads too (no draft).
-    const heads = speculate && (speculation.policy === null || speculation.policy.wantsHeads())
+    // While the policy finds plain decoding faster for a key, its plain rows skip the heads too (no draft).
+    const wants = new Map<string, boolean>()
+    const heads = (seq: Sequence): boolean => {
+      if (!speculate || seq.medusaSlot < 0) return false
+      const policy = speculation.policy
+      if (policy === null) return true
+      let yes = wants.get(seq.policyKey)
+      if (yes === undefined) wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey)))
+      return yes
+    }
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
-      const nodes = trees?.nodes.get(seq) ?? 0
+      const tree = trees?.get(seq)
       rows.push(
-        nodes > 1
-          ? buildTreeRow(seq, trees!.subTree, nodes, speculation!.greedyLeaf === true && plainGreedy(seq))
-          : buildRow(seq, 1, heads),
+        tree !== undefined
+          ? buildTreeRow(seq, tree.subTree, tree.nodes, speculation!.greedyLeaf === true && plainGreedy(seq))
+          : buildRow(seq, 1, heads(seq)),
       )
     }
 
@@ -231,46 +243,66 @@ export class Scheduler {
   }
 
   /**
-   * Tree sizes (nodes, root included) for the decoding sequences that verify this step. Each tree
-   * is the largest prefix of the full tree that fits the sequence's heads, the tokens it may still
-   * generate and the context, the step's candidate budget, the free blocks and the adaptive
-   * policy's size for this step (none when that size is 1: the rows decode plainly).
+   * Trees (a subtree of the sequence's family and its nodes, root included) for the decoding
+   * sequences that verify this step. The policy picks one size per key (adapter × drafter) for the
+   * whole step (see `AdaptiveTreePolicy.choose`); each tree is then the largest prefix of that
+   * size's tree that fits the sequence's draft, the tokens it may still generate and the context,
+   * the step's candidate budget and the free blocks (none when only the root is left: the row
+   * decodes plainly).
    */
   private planTrees(
     decoders: readonly Sequence[],
     speculation: SchedulerSpeculation,
-  ): { subTree: SubTree; nodes: Map<Sequence, number> } {
-    const { family, contextLimit } = speculation
-    const out = new Map<Sequence, number>()
+  ): Map<Sequence, { subTree: SubTree; nodes: number }> {
+    const { contextLimit, policy } = speculation
+    const out = new Map<Sequence, { subTree: SubTree; nodes: number }>()
     let budget = speculation.maxTokens
-    const waiting = decoders.filter((seq) => seq.medusaSlot >= 0 && seq.draft !== null)
+    const waiting = decoders.filter((seq) => seq.drafter !== null && seq.draft !== null)
+    if (waiting.length === 0) return out
     // Longest without a tree first; ties by admission (decoders are in admission order; sort is stable).
     waiting.sort((a, b) => a.lastVerifyPlan - b.lastVerifyPlan)
-    const { blockSize } = this.allocator
-    let subTree = family.full
-    if (speculation.policy !== null && waiting.length > 0) {
-      let deepest = 0
-      for (const seq of waiting) deepest = Math.max(deepest, seq.draft!.depth)
-      const leaf = speculation.greedyLeaf === true && waiting.every(plainGreedy)
-      const k = speculation.policy.choose(waiting.length, deepest, waiting[0]!.request.speculator!.size, leaf)
-      if (k === 0) return { subTree, nodes: out }
-      subTree = family.get(k)
-    }
-    const { tree } = subTree
+    const subTrees = new Map<string, SubTree | null>()
+    const families = new Map<string, TreeFamily>()
     for (const seq of waiting) {
+      if (!families.has(seq.policyKey)) families.set(seq.policyKey, speculation.familyOf(seq))
+    }
+    if (policy === null) {
+      for (const [key, family] of families) subTrees.set(key, family.full)
+    } else {
+      const groups = new Map<string, { key: string; rows: number; depth: number; heads: number; greedyLeaf: boolean }>()
+      for (const seq of waiting) {
+        let g = groups.get(seq.policyKey)
+        if (g === undefined) {
+          const heads = seq.drafter === 'medusa' ? seq.request.speculator!.size : 0
+          g = { key: seq.policyKey, rows: 0, depth: 0, heads, greedyLeaf: heads > 0 && speculation.greedyLeaf === true }
+          groups.set(seq.policyKey, g)
+        }
+        g.rows++
+        g.depth = Math.max(g.depth, seq.draft!.depth)
+        g.greedyLeaf &&= plainGreedy(seq)
+      }
+      const list: PolicyGroup[] = [...groups.values()]
+      const others = decoders.length - waiting.length
+      const ks = policy.choose(list, others)
+      list.forEach((g, i) => subTrees.set(g.key, ks[i]! > 0 ? families.get(g.key)!.get(ks[i]!) : null))
+    }
+    const { blockSize } = this.allocator
+    for (const seq of waiting) {
+      const subTree = subTrees.get(seq.policyKey)
       if (budget <= 0) break
+      if (subTree === null || subTree === undefined) continue
       const left = Math.min(seq.request.maxNewTokens - seq.generated, contextLimit - seq.tokens.length)
       // Accepting k candidates emits k + 1 tokens.
       const depth = Math.min(seq.draft!.depth, left - 1)
-      let nodes = Math.min(tree.nodesWithin(depth), budget + 1, contextLimit - seq.cacheLen)
+      let nodes = Math.min(subTree.tree.nodesWithin(depth), budget + 1, contextLimit - seq.cacheLen)
       nodes = Math.min(nodes, (seq.blocks.length + this.allocator.free) * blockSize - seq.cacheLen)
       if (nodes < 2) continue
       this.reserve(seq, seq.cacheLen + nodes)
       budget -= nodes - 1
       seq.lastVerifyPlan = this.plans
-      out.set(seq, nodes)
+      out.set(seq, { subTree, nodes })
     }
-    return { subTree, nodes: out }
+    return out
   }
 
   /**

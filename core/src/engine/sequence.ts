@@ -7,6 +7,9 @@ import type { SamplingState } from './sampler/sampling-state.ts'
 
 export type SequenceState = 'queued' | 'running' | 'finished'
 
+/** What proposes a sequence's candidate tokens: Medusa heads, prompt lookup (n-gram), or nothing. */
+export type Drafter = 'medusa' | 'prompt-lookup' | null
+
 /** A prompt token's logprob as the `prefill` event reports it (the first token has none). */
 export type PrefillToken = TokenLogprob | { id: number; logprob: null }
 
@@ -28,6 +31,11 @@ export class Sequence {
   readonly channel: EventChannel<GenerationEvent>
   readonly submittedAt: number
 
+  /** What drafts its speculation: its Medusa heads, prompt lookup, or nothing (plain decoding). */
+  readonly drafter: Drafter
+  /** Its (adapter, drafter) key in the adaptive tree policy (`speculationKey`); '' without a drafter. */
+  readonly policyKey: string
+
   state: SequenceState = 'queued'
   /**
    * Adapter slot of its rows (-1: base model). Set at each admission: a queued request's adapter
@@ -36,7 +44,7 @@ export class Sequence {
   loraSlot = -1
   /** Medusa slot of its speculator (-1: none or not admitted yet); set at each admission like `loraSlot`. */
   medusaSlot = -1
-  /** Candidates from the heads at the last sampled position, or null (no speculator, or stale). */
+  /** Candidates for the next step (from the heads at the last sampled position, or prompt lookup), or null. */
   draft: Draft | null = null
   /**
    * Cache moves that compact the branch accepted last step (`from[i]` → `to[i]`), sent as a
@@ -73,6 +81,8 @@ export class Sequence {
     sampling: SamplingState
     channel: EventChannel<GenerationEvent>
     submittedAt: number
+    drafter?: Drafter
+    policyKey?: string
   }) {
     this.seqId = init.seqId
     this.request = init.request
@@ -80,6 +90,8 @@ export class Sequence {
     this.sampling = init.sampling
     this.channel = init.channel
     this.submittedAt = init.submittedAt
+    this.drafter = init.drafter ?? null
+    this.policyKey = init.policyKey ?? ''
     this.tokens = [...init.request.inputIds]
     this.promptLength = this.tokens.length
     this.prefillTokens = init.request.prefillLogprobs ? [{ id: this.tokens[0]!, logprob: null }] : null

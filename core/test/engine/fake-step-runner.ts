@@ -37,6 +37,8 @@ export interface FakeStepRunnerOptions {
    * with random runners-up; otherwise random logits. Default: all heads random.
    */
   medusaAccuracy?: readonly number[]
+  /** `medusaAccuracy` for rows with a LoRA adapter (heads trained on another model); default: the same. */
+  adapterMedusaAccuracy?: readonly number[]
   /** Called before each step with its index; throw to make the step fail. */
   beforeStep?: (batch: StepBatch, index: number) => void
 }
@@ -320,7 +322,7 @@ export class FakeStepRunner implements StepRunner {
         for (const i of row.medusaIndices) {
           if (i < 0 || i >= n) this.violations.push(`${where}: bad medusaIndices`)
           for (let head = 0; head < heads; head++) {
-            this.headLogits(hashes[i] ?? 0, salt, head, medusaLogits, headOut * V)
+            this.headLogits(hashes[i] ?? 0, salt, head, medusaLogits, headOut * V, row.loraSlot >= 0)
             headOut++
           }
         }
@@ -335,10 +337,11 @@ export class FakeStepRunner implements StepRunner {
   }
 
   /** Fake head `head` logits after history hash `h` (see `medusaAccuracy`). */
-  private headLogits(h: number, salt: number, head: number, out: Float32Array, offset: number): void {
+  private headLogits(h: number, salt: number, head: number, out: Float32Array, offset: number, lora: boolean): void {
     const V = this.spec.vocabSize
     fakeLogitsFromHash(mix32(h ^ Math.imul(head + 7, 0x27d4eb2f)), salt, V, out, offset)
-    const accuracy = this.options.medusaAccuracy?.[head] ?? 0
+    const accuracies = (lora ? this.options.adapterMedusaAccuracy : undefined) ?? this.options.medusaAccuracy
+    const accuracy = accuracies?.[head] ?? 0
     if (accuracy <= 0 || mix32(h ^ Math.imul(head + 1, 0x165667b1)) / 4294967296 >= accuracy) return
     // Walk greedy decoding head + 2 tokens ahead of this history.
     const scratch = new Float32Array(V)

@@ -57,37 +57,60 @@ t.test('tree family: the list order when it is ancestor-closed, else the sorted 
   t.same(other.get(1).tree.paths, ['', '0'], 'a child listed before its parent: sorted order')
 })
 
+/** A policy with one key, `k`, whose family is the default tree; `choose(rows, depth, heads)` for it alone. */
+function onePolicy(): {
+  policy: AdaptiveTreePolicy
+  family: TreeFamily
+  choose: (rows: number, depth: number, heads: number) => number
+  wantsHeads: () => boolean
+} {
+  const policy = new AdaptiveTreePolicy()
+  const family = policy.family(
+    'k',
+    () => new TreeFamily(new MedusaTree(DEFAULT_MEDUSA_CHOICES), DEFAULT_MEDUSA_CHOICES),
+  )
+  return {
+    policy,
+    family,
+    choose: (rows, depth, heads) => policy.choose([{ key: 'k', rows, depth, heads, greedyLeaf: false }])[0]!,
+    wantsHeads: () => policy.wantsHeads('k'),
+  }
+}
+
+/** Feed `policy` 40 steps costing `fixed + perWork·work`, and walks of `key` into [0] and [0, 0] when `hit`. */
+function train(
+  policy: AdaptiveTreePolicy,
+  family: TreeFamily,
+  fixed: number,
+  perWork: number,
+  hit: (node: number) => boolean,
+  key = 'k',
+  heads = 4,
+): void {
+  const tree = family.full.tree
+  for (let i = 0; i < 40; i++) {
+    const work = i % 2 === 0 ? 1 + heads : 26 + 5 * heads
+    policy.recordStep(work, fixed + perWork * work)
+    for (const [node, child] of [
+      [0, 1],
+      [1, 9],
+    ] as const) {
+      const next = hit(child) ? child : -1
+      policy.recordChildren(key, family.full, node, tree.size, next)
+      if (next < 0) break
+    }
+  }
+}
+
 t.test(
   'the policy: full tree while it learns, plain when steps cost per token, deep when they cost per step',
   async (t) => {
-    const tree = new MedusaTree(DEFAULT_MEDUSA_CHOICES)
-    const family = new TreeFamily(tree, DEFAULT_MEDUSA_CHOICES)
     const heads = 4
-    const train = (
-      policy: AdaptiveTreePolicy,
-      fixed: number,
-      perWork: number,
-      hit: (node: number) => boolean,
-    ): void => {
-      for (let i = 0; i < 40; i++) {
-        const work = i % 2 === 0 ? 1 + heads : 26 + 5 * heads
-        policy.recordStep(work, fixed + perWork * work)
-        // The walk from the root: into child 1 ([0]) then 9 ([0, 0]) when `hit` says so.
-        for (const [node, child] of [
-          [0, 1],
-          [1, 9],
-        ] as const) {
-          const next = hit(child) ? child : -1
-          policy.recordChildren(family.full, node, tree.size, next)
-          if (next < 0) break
-        }
-      }
-    }
-    const fresh = new AdaptiveTreePolicy(family)
+    const fresh = onePolicy()
     t.equal(fresh.choose(1, 4, heads), 25, 'no measurements: the full tree')
 
-    const perToken = new AdaptiveTreePolicy(family)
-    train(perToken, 0.001, 1, () => false)
+    const perToken = onePolicy()
+    train(perToken.policy, perToken.family, 0.001, 1, () => false)
     t.equal(perToken.choose(1, 4, heads), 0, 'nothing accepted and costs per token: plain decoding')
     const askedAt = (n: number): number[] =>
       Array.from({ length: n }, () => perToken.wantsHeads()).flatMap((ask, i) => (ask ? [i] : []))
@@ -104,12 +127,86 @@ t.test(
     // (The forced small tree's decision was plain by the model too: the streak grows by two a round.)
     t.same(stretches, [8, 16, 16, 16, 16], 'headless stretches double up to 16 steps')
 
-    const perStep = new AdaptiveTreePolicy(family)
-    train(perStep, 1, 0.001, () => true)
+    const perStep = onePolicy()
+    train(perStep.policy, perStep.family, 1, 0.001, () => true)
     const k = perStep.choose(1, 4, heads)
     t.ok(k >= 2, `fixed step cost and the chain always accepted: at least the chain of two (got ${k})`)
   },
 )
+
+t.test('the policy per key: adapter traffic never changes what base rows get', async (t) => {
+  const heads = 4
+  const make = (): TreeFamily => new TreeFamily(new MedusaTree(DEFAULT_MEDUSA_CHOICES), DEFAULT_MEDUSA_CHOICES)
+  const alone = new AdaptiveTreePolicy()
+  const mixed = new AdaptiveTreePolicy()
+  const base = 'base|heads'
+  const lora = 'kjv|heads'
+  const aloneFamily = alone.family(base, make)
+  const mixedFamily = mixed.family(base, make)
+  const loraFamily = mixed.family(lora, make)
+  // The same cost law for every step (a step's time is the step's), base heads always right, the
+  // adapter's right one token ahead only: the mixed policy also sees adapter steps and walks.
+  train(alone, aloneFamily, 1, 0.01, () => true, base)
+  train(mixed, mixedFamily, 1, 0.01, () => true, base)
+  train(mixed, loraFamily, 1, 0.01, (n) => n === 1, lora)
+  const group = (key: string) => ({ key, rows: 1, depth: 4, heads, greedyLeaf: false })
+  for (let i = 0; i < 40; i++) {
+    const [k] = alone.choose([group(base)])
+    const [kMixed] = mixed.choose([group(base)])
+    t.equal(kMixed, k, `decision ${i}: the base key chooses as without adapter traffic`)
+    if (k! === 0 || kMixed! === 0) break
+  }
+  t.ok(alone.choose([group(base)])[0]! >= 2, 'base heads that hit: a tree')
+  t.same(
+    [...aloneFamily.order],
+    [...mixedFamily.order],
+    'the base family keeps its own order (adapter walks re-rank only theirs)',
+  )
+  // One step with a row of each: each key gets its own size, the adapter's shallower.
+  const [kBase, kLora] = mixed.choose([group(base), group(lora)])
+  const depthOf = (family: TreeFamily, k: number): number => family.get(k).tree.maxDepth
+  t.ok(kLora! >= 1, `the adapter row speculates (${kLora})`)
+  t.ok(
+    depthOf(mixedFamily, kBase!) > depthOf(loraFamily, kLora!),
+    `the base row's tree is deeper (${depthOf(mixedFamily, kBase!)} vs ${depthOf(loraFamily, kLora!)})`,
+  )
+})
+
+t.test('the policy keeps a bounded number of keys (LRU)', async (t) => {
+  const policy = new AdaptiveTreePolicy(3)
+  const make = (): TreeFamily => new TreeFamily(new MedusaTree([[0], [0, 0]]), [[0], [0, 0]])
+  const first = policy.family('a', make)
+  for (const key of ['b', 'c', 'a', 'd', 'e']) policy.family(key, make)
+  t.equal(policy.keyCount, 3, 'never more than maxKeys')
+  t.not(policy.family('b', make), undefined)
+  t.equal(policy.family('e', make), policy.family('e', make), 'a held key keeps its family')
+  t.not(policy.family('a', make), first, 'a forgotten key starts again')
+  policy.recordChildren('gone', first.full, 0, 3, 1) // a key forgotten mid-step: ignored
+  t.throws(() => new AdaptiveTreePolicy(0), /maxKeys/)
+})
+
+t.test('the whole step: per-token costs at batch 8 switch speculation off unless it pays', async (t) => {
+  const heads = 4
+  const key = 'base|heads'
+  // Step time 1 ms + 0.2 ms per token of work: batch 1 pays, batch 8's tokens dominate. A fresh,
+  // identically trained policy per question (a plain choice is followed by a forced small tree).
+  const trained = (): AdaptiveTreePolicy => {
+    const { policy, family } = onePolicy()
+    train(
+      policy,
+      policy.family(key, () => family),
+      1,
+      0.2,
+      (n) => n === 1,
+      key,
+    )
+    return policy
+  }
+  const group = (rows: number) => ({ key, rows, depth: 4, heads, greedyLeaf: false })
+  t.ok(trained().choose([group(1)])[0]! >= 1, 'batch 1: a small tree pays')
+  t.equal(trained().choose([group(8)])[0], 0, 'batch 8: the step costs per token, the tree does not pay')
+  t.equal(trained().choose([group(1)], 7)[0], 0, 'one speculating row among 7 plain ones: it would slow them')
+})
 
 t.test('adaptive trees keep greedy output identical over many steps', async (t) => {
   for (const accuracy of [

@@ -7,40 +7,105 @@ const DECAY = 0.98
 const WARMUP_STEPS = 12
 /** Warm-up tree sizes cycle through the full tree halved 0..5 times. */
 const WARMUP_CYCLE = 6
-/** Every this many decisions, one probes a different tree size so the cost slope stays known. */
+/** Every this many decisions of a key, one probes a different tree size so the cost slope stays known. */
 const PROBE_EVERY = 16
+/** Rows that do not speculate may be slowed this much by the trees of others in their step (noise). */
+const PLAIN_SLACK = 0.03
+/** Keys whose acceptance is remembered; the least recently used is forgotten beyond it. */
+export const DEFAULT_POLICY_KEYS = 256
 
 /**
- * Adaptive tree size (`SpeculationOptions.adaptive`): each step, the tree of the family (the first
- * `k` choices in acceptance order, see `TreeFamily`) that maximises expected emitted tokens per
- * unit of step time, or none (plain decoding, `k = 0`) when no tree beats it. Only speed depends on it: every
- * emitted token is still chosen by sample-and-match, so outputs are the same for any tree size.
+ * The rows of one step that speculate with the same drafter for the same adapter: they share a
+ * policy key (`speculationKey`) and so acceptance statistics and a tree size.
+ */
+export interface PolicyGroup {
+  /** The (adapter, speculator) key (`speculationKey`). */
+  readonly key: string
+  /** Rows of the step with a draft under this key. */
+  readonly rows: number
+  /** Deepest draft among them. */
+  readonly depth: number
+  /** Medusa heads the rows run (0: a headless drafter such as prompt lookup). */
+  readonly heads: number
+  /** The rows run their heads at one node (`StepRow.medusaLeaf`) rather than along the chain. */
+  readonly greedyLeaf: boolean
+}
+
+/**
+ * The policy key of a row: its LoRA adapter (or the base model) and what drafts for it (Medusa
+ * heads by key, or prompt lookup). Heads trained on one model mispredict for another, so each
+ * pair learns its own acceptance.
+ */
+export function speculationKey(adapterKey: string | null, drafter: string): string {
+  return `${adapterKey ?? 'base'}|${drafter}`
+}
+
+/** Acceptance statistics and decision state of one key. */
+class KeyStats {
+  readonly family: TreeFamily
+  readonly tried: Float64Array
+  readonly taken: Float64Array
+  readonly reach: Float64Array
+  decisions = 0
+  /** The last choice, and the plans since it (while it is plain decoding). */
+  lastChoice = -1
+  idlePlans = 0
+  /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
+  plainStreak = 0
+
+  constructor(family: TreeFamily) {
+    this.family = family
+    const size = family.full.tree.size
+    this.tried = new Float64Array(size)
+    this.taken = new Float64Array(size)
+    this.reach = new Float64Array(size)
+  }
+
+  /** `q(n) = (taken + 1) / (tried + 2)`: the chance the walk moves into `n` from its parent. */
+  q(n: number): number {
+    return (this.taken[n]! + 1) / (this.tried[n]! + 2)
+  }
+}
+
+/** Per tree size `k` of a group's family: expected emitted tokens and work per row. */
+interface GroupCurve {
+  readonly expected: Float64Array
+  readonly work: Float64Array
+}
+
+/**
+ * Adaptive tree size (`SpeculationOptions.adaptive`), per (adapter, speculator) key and per step:
+ * each key's rows get the tree of their family (the first `k` choices in acceptance order, see
+ * `TreeFamily`) that maximises the whole step's emitted tokens per unit of step time, or none
+ * (plain decoding, `k = 0`). Only speed depends on it: every emitted token is still chosen by
+ * sample-and-match, so outputs are the same for any tree size.
  *
- * - Acceptance: for every node, how often the walk stood at its parent with the node in the tree
- *   (`tried`) and moved into it (`taken`); `q(n) = (taken + 1) / (tried + 2)`, and the chance of
- *   reaching `n` is the product of `q` along its path. A row of `m` nodes emits
- *   `E(k) = 1 + Σ reach(n)` tokens on average, over the nodes of tree `k` (within the drafts' depth).
- * - Cost: the measured wall time of decode-only steps (plan, runner step, sampling) against their
- *   work `W` = tokens fed + head rows × heads, fitted as `a + b·W` by exponentially forgetting
- *   least squares. A tree row costs its nodes plus `heads` per chain node where heads run
- *   (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1: after choosing
- *   plain decoding, rows skip the heads for a stretch that doubles with each consecutive plain
- *   decision, up to `PROBE_EVERY` steps (`wantsHeads`).
- * - Order: the family's nested trees start in the configured list's order; every `PROBE_EVERY`
- *   decisions they are re-ranked by each node's estimated reach (`TreeFamily.reorder`), so the
- *   small trees become the nodes these heads actually get accepted at (a deep chain for accurate
- *   heads, a bushy root for uncertain ones). Untried nodes keep the prior `q = 1/2`, so probes keep
- *   trying them.
- * - Choice, for `B` rows with drafts: `argmax_k B·E(k) / (a + b·B·work(k))` over `0 ≤ k ≤ K`.
- *   Until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree down by halves
- *   (the first choice is the full tree); after that every `PROBE_EVERY`-th choice
- *   takes a neighbouring size instead, so the fit keeps seeing different step sizes.
+ * - Acceptance, per key (adapter × drafter), in a bounded LRU (`maxKeys`): for every node, how
+ *   often the walk stood at its parent with the node in the tree (`tried`) and moved into it
+ *   (`taken`); `q(n) = (taken + 1) / (tried + 2)`, and the chance of reaching `n` is the product
+ *   of `q` along its path. A row of tree `k` emits `E(k) = 1 + Σ reach(n)` tokens on average.
+ *   Each key has its own family order, re-ranked every `PROBE_EVERY` of its decisions by each
+ *   node's estimated reach (`TreeFamily.reorder`). Adapter traffic thus never changes what base
+ *   rows learn, and a key forgotten by the LRU starts again from the prior.
+ * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
+ *   decode-only steps against their work `W` = tokens fed + head rows × heads, fitted as `a + b·W`
+ *   by exponentially forgetting least squares. A tree row costs its nodes plus `heads` per chain
+ *   node where heads run (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1.
+ * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
+ *   rows, maximise `(P + Σ n_g·E_g(k_g)) / (a + b·(W₀ + Σ n_g·work_g(k_g)))` by coordinate ascent
+ *   over the groups' sizes, subject to no row being slower than in the all-plain step: a
+ *   speculating group needs `E_g(k_g) / cost ≥ 1 / cost₀`, and rows that do not speculate (other
+ *   rows, groups at `k = 0`) allow the step to cost at most `PLAIN_SLACK` more than `cost₀`. So a
+ *   large batch, where a step costs per token, speculates only where acceptance pays for it.
+ * - Exploration: until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree
+ *   down by halves; after that every `PROBE_EVERY`-th decision of a key takes a neighbouring size.
+ *   After a plain choice, Medusa rows skip their heads for a stretch that doubles with each
+ *   consecutive plain decision, up to `PROBE_EVERY` steps (`wantsHeads`).
  */
 export class AdaptiveTreePolicy {
-  private readonly family: TreeFamily
-  private readonly tried: Float64Array
-  private readonly taken: Float64Array
-  private readonly reach: Float64Array
+  private readonly maxKeys: number
+  /** Insertion order is recency order: a use moves the key to the end. */
+  private readonly keys = new Map<string, KeyStats>()
   // Weighted sums of the cost fit: Σw, Σw·x, Σw·y, Σw·x², Σw·x·y.
   private s = 0
   private sx = 0
@@ -48,28 +113,35 @@ export class AdaptiveTreePolicy {
   private sxx = 0
   private sxy = 0
   private treeSteps = 0
-  private decisions = 0
-  /** The last choice, and the plans since it (while it is plain decoding). */
-  private lastChoice = -1
-  private idlePlans = 0
-  /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
-  private plainStreak = 0
 
-  constructor(family: TreeFamily) {
-    this.family = family
-    const tree = family.full.tree
-    this.tried = new Float64Array(tree.size)
-    this.taken = new Float64Array(tree.size)
-    this.reach = new Float64Array(tree.size)
+  constructor(maxKeys = DEFAULT_POLICY_KEYS) {
+    if (!Number.isInteger(maxKeys) || maxKeys < 1) throw new RangeError('maxKeys must be a positive integer')
+    this.maxKeys = maxKeys
   }
 
-  /** The walk stood at `node` of `sub`'s first `treeNodes` nodes and moved to `next` (-1: it stopped). */
-  recordChildren(sub: SubTree, node: number, treeNodes: number, next: number): void {
+  /** Keys whose statistics are held now (at most `maxKeys`). */
+  get keyCount(): number {
+    return this.keys.size
+  }
+
+  /**
+   * The tree family of `key` (its own order, re-ranked by its own acceptance), created by `make`
+   * when the key is new or was forgotten. Marks the key as recently used.
+   */
+  family(key: string, make: () => TreeFamily): TreeFamily {
+    return this.stats(key, make).family
+  }
+
+  /** The walk of a `key` row stood at `node` of `sub`'s first `treeNodes` nodes and moved to `next` (-1: it stopped). */
+  recordChildren(key: string, sub: SubTree, node: number, treeNodes: number, next: number): void {
+    const stats = this.keys.get(key)
+    // Forgotten by the LRU while the step ran: nothing to attribute it to.
+    if (stats === undefined) return
     for (const child of sub.tree.children[node]!) {
       if (child >= treeNodes) break
       const full = sub.fullNode[child]!
-      this.tried[full]!++
-      if (child === next) this.taken[full]!++
+      stats.tried[full]!++
+      if (child === next) stats.taken[full]!++
     }
   }
 
@@ -92,80 +164,184 @@ export class AdaptiveTreePolicy {
   }
 
   /**
-   * How many choices the step's trees take (0: decode plainly) for `rows` rows whose drafts reach
-   * `depth`, with speculators of `heads` heads; `greedyLeaf`: the rows run their heads at one node
-   * (`StepRow.medusaLeaf`) rather than along the chain.
+   * How many choices each group's trees take this step (0: decode plainly), in `groups` order.
+   * `otherRows` decode rows of the step do not speculate (no drafter, or no draft yet); together
+   * they feed `otherWork` (see the class comment). Every group's key must have a family
+   * (`family`).
    */
-  choose(rows: number, depth: number, heads: number, greedyLeaf = false): number {
-    if (this.treeSteps >= WARMUP_STEPS && this.decisions % PROBE_EVERY === 0) this.rerank()
-    const { order } = this.family
-    const full = this.family.full.tree
+  choose(groups: readonly PolicyGroup[], otherRows = 0, otherWork = otherRows): number[] {
+    const stats = groups.map((g) => this.keys.get(g.key))
+    if (stats.some((s) => s === undefined)) throw new Error('policy: a group without a family')
+    const all = stats as KeyStats[]
     const fit = this.fit()
     // While it learns: the full tree, then half of it, a quarter, ... one candidate, and again, so
     // the cost fit sees the whole range of step sizes and the acceptance counts the best nodes.
-    if (this.treeSteps < WARMUP_STEPS || fit === null || rows <= 0)
-      return Math.max(1, Math.ceil(order.length / 2 ** (this.treeSteps % WARMUP_CYCLE)))
-    const { a, b } = fit
-    const reach = this.reach
-    reach[0] = 1
-    let expected = 1
-    // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
-    let tokens = 1
-    let deepest = 0
-    let deepestChain = 0
-    let best = 0
-    let bestRate = rows / (a + b * rows)
-    for (let k = 1; k <= order.length; k++) {
-      const n = order[k - 1]!
-      reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
-      const d = full.depth[n]!
-      if (d > depth) continue
-      expected += reach[n]!
-      tokens++
-      deepest = Math.max(deepest, d)
-      if (full.headAncestor[n] === n) deepestChain = Math.max(deepestChain, d)
-      // Heads run at every `spacing`-th chain node (see `headSpacing`), or at one (greedy leaf).
-      const headNodes = greedyLeaf ? 1 : Math.floor(deepestChain / headSpacing(heads, deepest)) + 1
-      const work = tokens + heads * headNodes
-      const rate = (rows * expected) / (a + b * rows * work)
-      if (rate > bestRate) {
-        bestRate = rate
-        best = k
-      }
+    if (this.treeSteps < WARMUP_STEPS || fit === null) {
+      return all.map((s) => Math.max(1, Math.ceil(s.family.order.length / 2 ** (this.treeSteps % WARMUP_CYCLE))))
     }
-    this.plainStreak = best === 0 ? this.plainStreak + 1 : 0
-    // Back from headless plain decoding (see `wantsHeads`): try the best tree once more.
-    if (this.lastChoice === 0 && best === 0) best = 1
-    if (++this.decisions % PROBE_EVERY === 0) {
-      // Alternate a larger and a smaller neighbour.
-      const step = Math.max(1, best >> 1)
-      best = (this.decisions / PROBE_EVERY) % 2 === 1 ? Math.min(order.length, best + step) : Math.max(0, best - step)
-    }
-    this.lastChoice = best
-    this.idlePlans = 0
-    return best
+    for (const s of all) if (s.decisions % PROBE_EVERY === 0 && s.decisions > 0) this.rerank(s)
+    const curves = groups.map((g, i) => this.curve(all[i]!, g))
+    const ks = this.bestSizes(groups, curves, fit, otherRows, otherWork)
+    return ks.map((k, i) => this.settle(all[i]!, groups[i]!, k))
   }
 
   /**
-   * Whether this step's plain decode rows should ask for head logits (called once per planned
-   * step). After a choice of plain decoding they do not, so plain decoding costs what it costs
-   * without Medusa; then one step in 2, 4, 8 and at most `PROBE_EVERY` does, doubling with each
-   * consecutive plain decision, so a draft exists and the choice is made again with fresh
-   * estimates. A young cost model's mistaken "plain" thus costs a step or two, not sixteen.
+   * Whether this step's plain decode rows of `key` should ask for head logits (called once per key
+   * per planned step). After a choice of plain decoding they do not, so plain decoding costs what
+   * it costs without Medusa; then one step in 2, 4, 8 and at most `PROBE_EVERY` does, doubling
+   * with each consecutive plain decision, so a draft exists and the choice is made again with
+   * fresh estimates. A young cost model's mistaken "plain" thus costs a step or two, not sixteen.
    */
-  wantsHeads(): boolean {
-    if (this.lastChoice !== 0) return true
-    return ++this.idlePlans % Math.min(PROBE_EVERY, 2 ** this.plainStreak) === 0
+  wantsHeads(key: string): boolean {
+    const s = this.keys.get(key)
+    if (s === undefined || s.lastChoice !== 0) return true
+    return ++s.idlePlans % Math.min(PROBE_EVERY, 2 ** s.plainStreak) === 0
   }
 
-  /** Re-rank the family by each node's estimated reach (parents are numbered before children). */
-  private rerank(): void {
-    const full = this.family.full.tree
+  private stats(key: string, make: () => TreeFamily): KeyStats {
+    let s = this.keys.get(key)
+    if (s !== undefined) {
+      this.keys.delete(key)
+    } else {
+      s = new KeyStats(make())
+      if (this.keys.size >= this.maxKeys) this.keys.delete(this.keys.keys().next().value!)
+    }
+    this.keys.set(key, s)
+    return s
+  }
+
+  /** `E(k)` and per-row work of every tree size of a group's family (see the class comment). */
+  private curve(s: KeyStats, g: PolicyGroup): GroupCurve {
+    const { order } = s.family
+    const full = s.family.full.tree
+    const expected = new Float64Array(order.length + 1)
+    const work = new Float64Array(order.length + 1)
+    const reach = s.reach
+    reach[0] = 1
+    expected[0] = 1
+    work[0] = 1
+    // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
+    let e = 1
+    let tokens = 1
+    let deepest = 0
+    let deepestChain = 0
+    for (let k = 1; k <= order.length; k++) {
+      const n = order[k - 1]!
+      reach[n] = reach[full.parent[n]!]! * s.q(n)
+      const d = full.depth[n]!
+      if (d <= g.depth) {
+        e += reach[n]!
+        tokens++
+        deepest = Math.max(deepest, d)
+        if (full.headAncestor[n] === n) deepestChain = Math.max(deepestChain, d)
+      }
+      // Heads run at every `spacing`-th chain node (see `headSpacing`), or at one (greedy leaf).
+      const headNodes =
+        g.heads === 0 ? 0 : g.greedyLeaf ? 1 : Math.floor(deepestChain / headSpacing(g.heads, deepest)) + 1
+      expected[k] = e
+      work[k] = tokens + g.heads * headNodes
+    }
+    return { expected, work }
+  }
+
+  /**
+   * Coordinate ascent over the groups' sizes for the whole step's rate, within the fairness
+   * bounds, from two starts: all plain, and every group at the size best for it alone (a joint
+   * move single steps cannot reach when one group's tree alone would slow the other's plain rows).
+   */
+  private bestSizes(
+    groups: readonly PolicyGroup[],
+    curves: readonly GroupCurve[],
+    { a, b }: { a: number; b: number },
+    otherRows: number,
+    otherWork: number,
+  ): number[] {
+    let plainWork = otherWork
+    for (const g of groups) plainWork += g.rows
+    const cost0 = a + b * plainWork
+    /** The step's tokens per ms with sizes `ks`, or -1 when a row would be slower than plain. */
+    const evaluate = (ks: readonly number[]): number => {
+      let tokens = otherRows
+      let work = otherWork
+      let plain = otherRows > 0
+      groups.forEach((g, i) => {
+        tokens += g.rows * curves[i]!.expected[ks[i]!]!
+        work += g.rows * curves[i]!.work[ks[i]!]!
+        if (ks[i] === 0) plain = true
+      })
+      const cost = a + b * work
+      if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
+      for (let i = 0; i < groups.length; i++) {
+        if (ks[i]! > 0 && curves[i]!.expected[ks[i]!]! * cost0 < cost) return -1
+      }
+      return tokens / cost
+    }
+    const ascend = (ks: number[]): { ks: number[]; rate: number } => {
+      let bestRate = evaluate(ks)
+      for (let pass = 0; pass < 3; pass++) {
+        let changed = false
+        for (let i = 0; i < groups.length; i++) {
+          const current = ks[i]!
+          let best = current
+          for (let k = 0; k < curves[i]!.expected.length; k++) {
+            if (k === current) continue
+            ks[i] = k
+            const rate = evaluate(ks)
+            if (rate > bestRate) {
+              bestRate = rate
+              best = k
+            }
+          }
+          ks[i] = best
+          if (best !== current) changed = true
+        }
+        if (!changed) break
+      }
+      return { ks, rate: bestRate }
+    }
+    const alone = curves.map(({ expected, work }, i) => {
+      const rows = groups[i]!.rows
+      let best = 0
+      let bestRate = rows / (a + b * rows)
+      for (let k = 1; k < expected.length; k++) {
+        const rate = (rows * expected[k]!) / (a + b * rows * work[k]!)
+        if (rate > bestRate) {
+          bestRate = rate
+          best = k
+        }
+      }
+      return best
+    })
+    const fromPlain = ascend(groups.map(() => 0))
+    if (groups.length === 1 && otherRows === 0) return fromPlain.ks
+    const fromAlone = ascend(alone)
+    return fromAlone.rate > fromPlain.rate ? fromAlone.ks : fromPlain.ks
+  }
+
+  /** Book-keeping of one key's decision: plain streaks, the retry after headless plain steps, probes. */
+  private settle(s: KeyStats, g: PolicyGroup, best: number): number {
+    s.plainStreak = best === 0 ? s.plainStreak + 1 : 0
+    // Back from headless plain decoding (see `wantsHeads`): try the best tree once more. A
+    // headless drafter (prompt lookup) has a draft every step: probes alone explore it.
+    if (g.heads > 0 && s.lastChoice === 0 && best === 0) best = 1
+    const order = s.family.order.length
+    if (++s.decisions % PROBE_EVERY === 0) {
+      // Alternate a larger and a smaller neighbour.
+      const step = Math.max(1, best >> 1)
+      best = (s.decisions / PROBE_EVERY) % 2 === 1 ? Math.min(order, best + step) : Math.max(0, best - step)
+    }
+    s.lastChoice = best
+    s.idlePlans = 0
+    return best
+  }
+
+  /** Re-rank a key's family by each node's estimated reach (parents are numbered before children). */
+  private rerank(s: KeyStats): void {
+    const full = s.family.full.tree
     const reach = new Float64Array(full.size)
     reach[0] = 1
-    for (let n = 1; n < full.size; n++)
-      reach[n] = reach[full.parent[n]!]! * ((this.taken[n]! + 1) / (this.tried[n]! + 2))
-    this.family.reorder(reach)
+    for (let n = 1; n < full.size; n++) reach[n] = reach[full.parent[n]!]! * s.q(n)
+    s.family.reorder(reach)
   }
 
   /** `a + b·W` from the weighted sums, or null while the work values have no spread. */
