@@ -112,6 +112,17 @@ export const SpeculationSchema = z
     max_batch_size: z.number().int().min(0).default(32),
     /** Most candidate tokens verified per step, over all rows. */
     max_tokens: z.number().int().min(0).default(256),
+    /**
+     * Prompt lookup (n-gram) drafting for requests without Medusa heads (LoRAX and TGI's n-gram
+     * speculation): the tokens that followed the latest earlier occurrence of the row's last
+     * `ngram_size` tokens (then shorter n-grams) are verified losslessly. `draft_tokens` 0: off.
+     */
+    prompt_lookup: z
+      .strictObject({
+        ngram_size: z.number().int().min(1).max(64).default(3),
+        draft_tokens: z.number().int().min(0).max(64).default(0),
+      })
+      .prefault({}),
   })
   .prefault({})
 

@@ -26,6 +26,7 @@ import { KvBlockAllocator } from './kv-block-allocator.ts'
 import { draftFromHeads } from './medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
+import { lookupDraft, lookupTree, type PromptLookupOptions } from './medusa/prompt-lookup.ts'
 import { TreeFamily } from './medusa/tree-family.ts'
 import { AdaptiveTreePolicy, speculationKey } from './medusa/tree-policy.ts'
 import { headSpacing, type PlannedRow } from './row-builder.ts'
@@ -34,7 +35,7 @@ import { logSumExp } from './sampler/softmax.ts'
 import { TokenSampler } from './sampler/token-sampler.ts'
 import { Scheduler } from './scheduler.ts'
 import { SerialQueue } from './serial-queue.ts'
-import { Sequence } from './sequence.ts'
+import { Sequence, type Drafter } from './sequence.ts'
 
 const BASE_QUEUE = 'base'
 /** Defaults of `SpeculationOptions`. */
@@ -91,8 +92,12 @@ const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
  * the runner's greedy walk stops, which is where this walk stops too (`StepRow.medusaLeaf`): one
  * head block per step, and an exact draft. Unless `SpeculationOptions.adaptive` is false,
  * `AdaptiveTreePolicy` picks each step's tree (nested trees, re-ranked by measured per-node
- * acceptance, or plain decoding) from measured step times; like everything above, it changes
- * speed only, never the tokens.
+ * acceptance, or plain decoding) from measured step times, per (adapter, speculator) key and for
+ * the whole step; like everything above, it changes speed only, never the tokens.
+ *
+ * Prompt lookup (`SpeculationOptions.promptLookup`): a request without Medusa heads drafts a chain
+ * of the tokens that followed the latest earlier occurrence of its last n-gram (`lookupDraft`),
+ * verified by the same sample-and-match walk, with no head logits.
  *
  * Lifecycle (after undici's DispatcherBase): `start()` once; `close()` refuses new work and
  * resolves when every accepted request has finished and the runner is closed; `destroy(err)` fails
@@ -127,6 +132,12 @@ export class BatchingEngine implements Backend {
   /** The full tree's family when the policy is off (with it, every key has its own family). */
   private readonly treeFamily: TreeFamily
   private readonly treePolicy: AdaptiveTreePolicy | null
+  /** Prompt lookup for rows without heads, its chain tree and that tree's family; null when off. */
+  private readonly promptLookup: {
+    readonly options: PromptLookupOptions
+    readonly tree: MedusaTree
+    readonly family: TreeFamily
+  } | null
   private readonly speculationMaxBatchSize: number
   private readonly speculationMaxTokens: number
 
@@ -153,6 +164,19 @@ export class BatchingEngine implements Backend {
     this.choices = choices
     this.treeFamily = new TreeFamily(this.tree, choices)
     this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy()
+    const lookup = speculation.promptLookup
+    if (lookup !== undefined) {
+      for (const name of ['ngramSize', 'draftTokens'] as const) {
+        if (!Number.isInteger(lookup[name]) || lookup[name] < 0 || lookup[name] > 64)
+          throw new RangeError(`speculation.promptLookup.${name} must be an integer from 0 to 64`)
+      }
+    }
+    if (lookup !== undefined && lookup.draftTokens > 0 && lookup.ngramSize > 0) {
+      const tree = lookupTree(lookup.draftTokens)
+      this.promptLookup = { options: lookup, tree, family: lookupFamily(tree) }
+    } else {
+      this.promptLookup = null
+    }
     this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
     this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
@@ -324,9 +348,7 @@ export class BatchingEngine implements Backend {
       sampling: new SamplingState(request.sampling, request.inputIds),
       channel,
       submittedAt: this.now(),
-      ...(speculator !== null
-        ? { drafter: 'medusa' as const, policyKey: speculationKey(adapter?.key ?? null, speculator.key) }
-        : {}),
+      ...this.drafterOf(request),
     })
     const current = seq
     this.active.add(current)
@@ -499,11 +521,27 @@ export class BatchingEngine implements Backend {
     }
   }
 
+  /**
+   * What drafts for a request: its Medusa heads; else prompt lookup when configured, except for
+   * sampling under an output constraint (which the core keeps from speculating: see
+   * `GenerationService`); else nothing.
+   */
+  private drafterOf(request: BackendRequest): { drafter?: Drafter; policyKey?: string } {
+    const adapterKey = request.adapter?.key ?? null
+    if (request.speculator !== null)
+      return { drafter: 'medusa', policyKey: speculationKey(adapterKey, request.speculator.key) }
+    if (this.promptLookup === null || (request.grammar !== null && request.sampling.temperature > 0)) return {}
+    return { drafter: 'prompt-lookup', policyKey: speculationKey(adapterKey, 'prompt-lookup') }
+  }
+
   /** The candidate trees of a sequence's policy key (see `SchedulerSpeculation.familyOf`). */
   private familyOf(seq: Sequence): TreeFamily {
+    const lookup = seq.drafter === 'prompt-lookup' ? this.promptLookup : null
     const policy = this.treePolicy
-    if (policy === null) return this.treeFamily
-    return policy.family(seq.policyKey, () => new TreeFamily(this.tree, this.choices))
+    if (policy === null) return lookup?.family ?? this.treeFamily
+    return policy.family(seq.policyKey, () =>
+      lookup !== null ? lookupFamily(lookup.tree) : new TreeFamily(this.tree, this.choices),
+    )
   }
 
   /** Feed a decode-only step's time to the adaptive tree policy (prefill steps would skew it). */
@@ -581,6 +619,10 @@ export class BatchingEngine implements Backend {
     at: number,
     shift = 0,
   ): void {
+    if (seq.state === 'running' && seq.drafter === 'prompt-lookup') {
+      seq.draft = lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree)
+      return
+    }
     if (seq.state !== 'running' || planned.row.medusaSlot < 0 || headNodes(planned.row) === 0) {
       seq.draft = null
       return
@@ -656,6 +698,7 @@ export class BatchingEngine implements Backend {
     })
     seq.cacheLen += accepted.length
     seq.pendingCopy = from.length > 0 ? { from, to } : null
+    if (seq.drafter === 'prompt-lookup') return this.nextDraft(loaded, seq, planned, output, headBase, 0)
     if (row.medusaLeaf) {
       // The runner ran the heads where its greedy walk stopped: the same node as this walk for a
       // plain greedy row. Should they differ, the next step decodes without a draft.
@@ -827,4 +870,12 @@ function headNodes(row: StepRow): number {
 /** A row that decodes (one new token, or a Medusa candidate tree) rather than prefilling a prompt. */
 function isDecodeRow({ row, treeNodes, chunk, prefillLogits }: PlannedRow): boolean {
   return treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
+}
+
+/** The nested trees of prompt lookup's chain: `get(k)` is the chain `k` deep. */
+function lookupFamily(tree: MedusaTree): TreeFamily {
+  return new TreeFamily(
+    tree,
+    tree.paths.slice(1).map((key) => key.split(',').map(Number)),
+  )
 }

@@ -2,6 +2,7 @@ import type { TokenConstraintFactory } from '../contracts/grammar.ts'
 import type { Logger } from '../contracts/logger.ts'
 import type { StepRunner } from '../contracts/step-runner.ts'
 import type { ReadAdapter } from './adapter-registry.ts'
+import type { PromptLookupOptions } from './medusa/prompt-lookup.ts'
 
 /** Capacity limits of a `BatchingEngine` (the config's `limits:` section, camel-cased). */
 export interface BatchingEngineLimits {
@@ -16,8 +17,9 @@ export interface BatchingEngineLimits {
 }
 
 /**
- * Medusa speculation policy (applies to requests whose `speculator` is set). Every option has a
- * default; the engine speculates whenever a request carries Medusa heads.
+ * Speculation policy: Medusa for requests whose `speculator` is set, prompt lookup (when
+ * configured) for the others. Every option has a default; the engine speculates whenever a request
+ * carries Medusa heads.
  */
 export interface SpeculationOptions {
   /**
@@ -42,6 +44,12 @@ export interface SpeculationOptions {
    * Changes speed only, never outputs. Default true; false always uses the largest tree that fits.
    */
   readonly adaptive?: boolean
+  /**
+   * Prompt lookup (n-gram) drafting for requests without Medusa heads (LoRAX and TGI's n-gram
+   * speculation): candidates are the tokens that followed the latest earlier occurrence of the
+   * row's last n-gram, verified by the same lossless path. Absent, or `draftTokens` 0: off.
+   */
+  readonly promptLookup?: PromptLookupOptions
 }
 
 export interface BatchingEngineOptions {

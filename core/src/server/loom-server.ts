@@ -175,6 +175,10 @@ export class LoomServer {
                 ...(config.speculation.medusa_choices ? { choices: config.speculation.medusa_choices } : {}),
                 maxBatchSize: config.speculation.max_batch_size,
                 maxTokens: config.speculation.max_tokens,
+                promptLookup: {
+                  ngramSize: config.speculation.prompt_lookup.ngram_size,
+                  draftTokens: config.speculation.prompt_lookup.draft_tokens,
+                },
               },
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),
