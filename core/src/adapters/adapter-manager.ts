@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises'
+import { access, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { AdapterSource } from '../contracts/adapter-source.ts'
 import type { AdapterHandle, AdapterKind, AdapterRef, LocalAdapter, ResolvedAdapter } from '../contracts/adapter.ts'
@@ -28,6 +28,12 @@ export interface AdapterManagerDeps {
 export interface AcquiredAdapter {
   readonly handle: AdapterHandle
   readonly dir: string
+  /**
+   * A LoRA's own Medusa heads (LoRAX's Medusa+LoRA: `config.json` with `medusa_num_heads` and
+   * their weights beside `adapter_config.json`), loaded as an adapter of their own (a slot, the
+   * same caches and checks); absent otherwise.
+   */
+  readonly heads?: AdapterHandle
 }
 
 /** Resolutions remembered (for the TTL and `/v1/models`); the oldest goes first beyond this. */
@@ -159,11 +165,21 @@ export class AdapterManager {
       if (!loading) {
         loading = (async () => {
           const dir = await this.#deps.cache.ensure(resolved, source, ctx)
-          const local: LocalAdapter = { resolved, dir, kind: await detectKind(dir, ref.id) }
+          const kind = await detectKind(dir, ref.id)
+          const local: LocalAdapter = { resolved, dir, kind }
           const started = performance.now()
           const handle = await this.#deps.backend.loadAdapter(local)
+          // Medusa+LoRA: the heads load under a key of their own (`#medusa` on the revision).
+          const heads =
+            kind === 'lora' && (await hasMedusaHeads(dir))
+              ? await this.#deps.backend.loadAdapter({
+                  resolved: { ...resolved, revision: `${resolved.revision}${HEADS_SUFFIX}` },
+                  dir,
+                  kind: 'medusa',
+                })
+              : undefined
           this.#deps.onLoaded?.(resolved.source, (performance.now() - started) / 1000)
-          return { handle, dir }
+          return heads === undefined ? { handle, dir } : { handle, dir, heads }
         })()
         // A failed load is not remembered: the next request retries.
         loading.catch(() => this.#loading.delete(key))
@@ -232,6 +248,19 @@ export class AdapterManager {
     if (this.#resolved.size > MAX_RESOLUTIONS) this.#resolved.delete(this.#resolved.keys().next().value!)
     return value
   }
+}
+
+/** Marks the revision (and so the backend key) of a LoRA's own Medusa heads. */
+const HEADS_SUFFIX = '#medusa'
+
+/** Whether a LoRA folder also holds Medusa heads: a Medusa `config.json` and its weights file. */
+async function hasMedusaHeads(dir: string): Promise<boolean> {
+  const config = await readFile(join(dir, 'config.json'), 'utf8').catch(() => null)
+  if (config === null || !/"medusa_num_heads"/.test(config)) return false
+  return access(join(dir, 'medusa_lm_head.safetensors')).then(
+    () => true,
+    () => false,
+  )
 }
 
 /** LoRA adapters carry `adapter_config.json`; Medusa heads carry a `config.json` with `medusa_num_heads`. */

@@ -150,7 +150,8 @@ export class GenerationService {
     if (grammar !== null) await this.#checkGrammar(grammar)
 
     await authorized
-    const acquiredHandle = (await loaded)?.handle ?? null
+    const acquired = await loaded
+    const acquiredHandle = acquired?.handle ?? null
     // An `adapter_id` naming Medusa heads replaces the default heads; the request then runs the base model.
     const medusa = acquiredHandle?.kind === 'medusa' ? acquiredHandle : null
     const adapter = medusa === null ? acquiredHandle : null
@@ -158,7 +159,9 @@ export class GenerationService {
     // Sampling under an output constraint does not speculate: with both, a seeded request's
     // text depended on the tree sizes the adaptive policy picked (timing), so it was neither
     // reproducible nor the text of a server without Medusa. Greedy constrained rows keep it.
-    const heads = resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
+    // A LoRA with its own heads (Medusa+LoRA) speculates with them: heads trained on the base
+    // model mispredict for it.
+    const heads = acquired?.heads ?? resolveSpeculator(medusa, this.#deps.defaultSpeculator, ref?.id)
     const speculator = grammar !== null && sampled ? null : heads
     // Drawn below 2^53: `details.seed` is a JSON number, and a client must be able to send it back.
     const seed = request.sampling.seed ?? randomBytes(8).readBigUInt64LE() % BigInt(Number.MAX_SAFE_INTEGER + 1)

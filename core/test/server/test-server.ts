@@ -30,6 +30,8 @@ export async function startTestServer(
     adapters?: Record<string, unknown>
     /** The `metrics:` section. */
     metrics?: Record<string, unknown>
+    /** The `speculation:` section. */
+    speculation?: Record<string, unknown>
   } = {},
 ): Promise<TestServer> {
   await mkdir(dir, { recursive: true })
@@ -44,6 +46,7 @@ export async function startTestServer(
       ...options.adapters,
     },
     ...(options.metrics ? { metrics: options.metrics } : {}),
+    ...(options.speculation ? { speculation: options.speculation } : {}),
     plugins: [
       {
         use: '@loom/backend-cuda-native',
