@@ -528,10 +528,13 @@ export class BatchingEngine implements Backend {
    */
   private drafterOf(request: BackendRequest): { drafter?: Drafter; policyKey?: string } {
     const adapterKey = request.adapter?.key ?? null
+    // Sampled rows accept far fewer candidates than greedy ones: they learn apart.
+    const { temperature, topK } = request.sampling
+    const mode = temperature > 0 && topK !== 1 ? '|sampled' : ''
     if (request.speculator !== null)
-      return { drafter: 'medusa', policyKey: speculationKey(adapterKey, request.speculator.key) }
-    if (this.promptLookup === null || (request.grammar !== null && request.sampling.temperature > 0)) return {}
-    return { drafter: 'prompt-lookup', policyKey: speculationKey(adapterKey, 'prompt-lookup') }
+      return { drafter: 'medusa', policyKey: speculationKey(adapterKey, request.speculator.key) + mode }
+    if (this.promptLookup === null || (request.grammar !== null && temperature > 0)) return {}
+    return { drafter: 'prompt-lookup', policyKey: speculationKey(adapterKey, 'prompt-lookup') + mode }
   }
 
   /** The candidate trees of a sequence's policy key (see `SchedulerSpeculation.familyOf`). */

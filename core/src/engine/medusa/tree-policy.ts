@@ -34,7 +34,7 @@ export interface PolicyGroup {
 /**
  * The policy key of a row: its LoRA adapter (or the base model) and what drafts for it (Medusa
  * heads by key, or prompt lookup). Heads trained on one model mispredict for another, so each
- * pair learns its own acceptance.
+ * pair learns its own acceptance (the engine also keeps sampled rows apart from greedy ones).
  */
 export function speculationKey(adapterKey: string | null, drafter: string): string {
   return `${adapterKey ?? 'base'}|${drafter}`
