@@ -48,7 +48,10 @@ export interface NativeModelConfig {
 
 export interface NativeRuntimeOptions {
   readonly threads: number
+  /** KV blocks per layer, or 0 to derive them from `kvCacheBytes` and the device's KV element size. */
   readonly kvBlocks: number
+  /** KV cache budget in bytes, used when `kvBlocks` is 0. */
+  readonly kvCacheBytes: number
   readonly kvBlockSize: number
   readonly maxBatchTokens: number
   readonly adapterSlots: number
@@ -105,7 +108,7 @@ export interface NativeRuntime {
     options: NativeRuntimeOptions
     files: readonly string[]
     tensors: readonly NativeTensor[]
-  }): Promise<{ dtype: string; device: 'cpu' | 'cuda'; threads: number }>
+  }): Promise<{ dtype: string; device: 'cpu' | 'cuda'; threads: number; kvBlocks: number }>
   loadLora(slot: number, modules: readonly NativeLoraModule[]): Promise<void>
   loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
   unload(slot: number): void

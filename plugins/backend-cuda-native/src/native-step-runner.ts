@@ -74,9 +74,10 @@ export class NativeStepRunner implements StepRunner {
     const config = readModelConfig(this.modelPath)
     const index = indexSafetensors(this.modelPath)
     const o = this.options
-    const kvBytesPerToken = config.numLayers * 2 * config.numKvHeads * config.headDim * 4
-    const kvTokens = o.kv_cache_tokens ?? Math.floor((o.kv_cache_mb * 1024 * 1024) / kvBytesPerToken)
-    const kvBlocks = Math.max(1, Math.ceil(kvTokens / o.kv_block_size))
+    // A token count is exact; a budget in MiB becomes blocks natively, where the device's KV
+    // element size is known (f32 on the cpu, f16 on cuda: twice the tokens for the same bytes).
+    const kvBlocksAsked =
+      o.kv_cache_tokens === undefined ? 0 : Math.max(1, Math.ceil(o.kv_cache_tokens / o.kv_block_size))
     const runtime = new addon.Runtime()
     try {
       const loaded = await runtime.load({
@@ -84,7 +85,8 @@ export class NativeStepRunner implements StepRunner {
         config,
         options: {
           threads: o.threads ?? defaultThreads(),
-          kvBlocks,
+          kvBlocks: kvBlocksAsked,
+          kvCacheBytes: o.kv_cache_tokens === undefined ? o.kv_cache_mb * 1024 * 1024 : 0,
           kvBlockSize: o.kv_block_size,
           maxBatchTokens: o.max_batch_tokens,
           adapterSlots: o.adapter_slots,
@@ -95,6 +97,7 @@ export class NativeStepRunner implements StepRunner {
       })
       this.runtime = runtime
       this.config = config
+      const kvBlocks = loaded.kvBlocks
       this.slots.length = o.adapter_slots
       this.slots.fill(null)
       this.spec = {

@@ -8,6 +8,8 @@
 // model code receives only plain pointers and checked lengths.
 #include <napi.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -193,13 +195,21 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     loom::RuntimeOptions opt;
     std::vector<std::string> files;
     std::vector<loom::TensorDesc> tensors;
-    Status st = parse_load(desc, &cfg, &opt, &files, &tensors);
+    double kv_cache_bytes = 0;
+    Status st = parse_load(desc, &cfg, &opt, &kv_cache_bytes, &files, &tensors);
     if (!st.ok()) return throw_status(env, st);
     // desc.device: cpu | cuda | auto (auto: cuda when usable here, else cpu); cuda_unavailable
     // names the cause and the fix when cuda was asked for and cannot run.
     const std::string device_name = desc.Get("device").IsString() ? desc.Get("device").ToString().Utf8Value() : "cpu";
     st = loom::create_device(device_name, opt.threads, &device_);
     if (!st.ok()) return throw_status(env, st);
+    if (opt.kv_blocks == 0) {
+      // K and V of every layer, Hkv * D values each per token, in the device's KV dtype.
+      const double per_token =
+          double(cfg.layers) * 2 * double(cfg.kv_heads * cfg.head_dim) * loom::dtype_size(device_->kv_dtype());
+      const double tokens = std::floor(kv_cache_bytes / per_token);
+      opt.kv_blocks = int32_t(std::max(1.0, std::min(std::ceil(tokens / opt.kv_block_size), 2147483647.0)));
+    }
     model_ = std::make_unique<loom::LlamaModel>(device_.get(), cfg, opt);
     loom::LlamaModel* model = model_.get();
     return queue(
@@ -209,6 +219,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
           Napi::Object out = Napi::Object::New(e);
           out.Set("dtype", loom::dtype_name(model->dtype()));
           out.Set("device", device_->name());
+          out.Set("kvBlocks", model->options().kv_blocks);
           const bool cpu = std::string(device_->name()) == "cpu";  // the addon is built without RTTI
           out.Set("threads", cpu ? static_cast<loom::CpuDevice*>(device_.get())->threads() : 0);
           return Napi::Value(out);
@@ -220,7 +231,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   // file paths and the tensor table. Impossible dimensions fail as model_invalid here, before
   // any memory is mapped.
   static Status parse_load(const Napi::Object& desc, loom::ModelConfig* cfg, loom::RuntimeOptions* opt,
-                           std::vector<std::string>* files, std::vector<loom::TensorDesc>* tensors) {
+                           double* kv_cache_bytes, std::vector<std::string>* files,
+                           std::vector<loom::TensorDesc>* tensors) {
     if (!desc.Get("config").IsObject() || !desc.Get("options").IsObject() || !desc.Get("files").IsArray() ||
         !desc.Get("tensors").IsArray())
       return bad_arg("load(desc) needs config, options, files[] and tensors[]");
@@ -252,12 +264,16 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
                                                 std::to_string(cfg->head_dim) + ")");
     Napi::Object o = desc.Get("options").As<Napi::Object>();
     LOOM_RETURN_IF_ERROR(integer(o, "threads", &opt->threads));
+    // kvBlocks, or 0 with kvCacheBytes: the budget becomes blocks once the device (and so the
+    // KV element size: f32 on the cpu, f16 on cuda) is known.
     LOOM_RETURN_IF_ERROR(integer(o, "kvBlocks", &opt->kv_blocks));
+    LOOM_RETURN_IF_ERROR(number(o, "kvCacheBytes", kv_cache_bytes));
     LOOM_RETURN_IF_ERROR(integer(o, "kvBlockSize", &opt->kv_block_size));
     LOOM_RETURN_IF_ERROR(integer(o, "maxBatchTokens", &opt->max_batch_tokens));
     LOOM_RETURN_IF_ERROR(integer(o, "adapterSlots", &opt->adapter_slots));
     LOOM_RETURN_IF_ERROR(integer(o, "maxLoraRank", &opt->max_lora_rank));
-    if (opt->threads < 1 || opt->kv_blocks < 1 || opt->kv_block_size < 1 || opt->max_batch_tokens < 1 ||
+    if (opt->threads < 1 || opt->kv_blocks < 0 || (opt->kv_blocks == 0 && !(*kv_cache_bytes > 0)) ||
+        opt->kv_block_size < 1 || opt->max_batch_tokens < 1 ||
         opt->adapter_slots < 0 || opt->max_lora_rank < 1 || opt->max_lora_rank > 128)
       return bad_arg("runtime options out of range");
     Napi::Array fa = desc.Get("files").As<Napi::Array>();

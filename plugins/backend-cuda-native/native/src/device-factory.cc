@@ -50,13 +50,4 @@ Status create_device(const std::string& name, int threads, std::unique_ptr<Devic
   return Status::Error("native_error", "unknown device `" + name + "` (expected cpu, cuda or auto)");
 }
 
-Status device_status(Device* device) {
-#ifdef LOOM_WITH_CUDA
-  return cuda_device_status(device);
-#else
-  (void)device;
-  return Status::Ok();
-#endif
-}
-
 }  // namespace loom

@@ -22,9 +22,4 @@ Status cuda_usable();
 // *out holds the device; its name() says which one `auto` chose.
 Status create_device(const std::string& name, int threads, std::unique_ptr<Device>* out);
 
-// The first asynchronous fault a device recorded since the last call (a failed CUDA launch, an
-// illegal address surfacing at synchronize), then Ok. Ops return void, so whoever drives a cuda
-// device checks this after synchronize; always Ok for the cpu device.
-Status device_status(Device* device);
-
 }  // namespace loom

@@ -25,7 +25,7 @@ class CpuDevice final : public Device {
   void copy(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
   void zero(void* dst, int64_t bytes) override { HostMemory::zero(dst, bytes); }
   // Every op returns once its work is done (the pool joins before returning).
-  void synchronize() override {}
+  Status synchronize() override { return Status::Ok(); }
   bool reads_host_memory() const override { return true; }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;

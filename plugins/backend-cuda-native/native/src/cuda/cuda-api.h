@@ -19,10 +19,6 @@ Status cuda_probe();
 // Create the cuda device on GPU 0 (after a successful probe).
 Status create_cuda_device(std::unique_ptr<Device>* out);
 
-// The first CUDA error a cuda device hit since the last call (ops return void, so a failed
-// launch or an illegal address is kept here); Ok for any other device.
-Status cuda_device_status(Device* device);
-
 // "sm_80,sm_86,..." as compiled into this build.
 const char* cuda_compiled_archs();
 

@@ -102,11 +102,6 @@ Status create_cuda_device(std::unique_ptr<Device>* out) {
   return Status::Ok();
 }
 
-Status cuda_device_status(Device* device) {
-  auto* cuda = dynamic_cast<CudaDevice*>(device);
-  return cuda ? cuda->take_status() : Status::Ok();
-}
-
 CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop)
     : ordinal_(ordinal), stream_(stream), sm_count_(prop.multiProcessorCount), gpu_name_(prop.name) {
   // Freed memory stays in the stream-ordered pool instead of going back to the driver at every
@@ -177,7 +172,10 @@ void CudaDevice::zero(void* dst, int64_t bytes) {
   if (bytes > 0) check(cudaMemsetAsync(dst, 0, size_t(bytes), stream_), "zero");
 }
 
-void CudaDevice::synchronize() { check(cudaStreamSynchronize(stream_), "synchronize"); }
+Status CudaDevice::synchronize() {
+  check(cudaStreamSynchronize(stream_), "synchronize");
+  return take_status();
+}
 
 void* CudaDevice::stage(const void* src, int64_t bytes) {
   if (!stage_host_ || !stage_dev_) return nullptr;

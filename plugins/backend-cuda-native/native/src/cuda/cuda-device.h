@@ -27,7 +27,7 @@ class CudaDevice final : public Device {
   void download(void* dst, const void* src, int64_t bytes) override;
   void copy(void* dst, const void* src, int64_t bytes) override;
   void zero(void* dst, int64_t bytes) override;
-  void synchronize() override;
+  Status synchronize() override;
   bool reads_host_memory() const override { return false; }
 
   // f16 K/V: half the bytes of f32 with an 11-bit significand (bf16 has 8); K and V values stay

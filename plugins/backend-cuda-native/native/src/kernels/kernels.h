@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
+#include "runtime/status.h"
 
 namespace loom {
 
@@ -120,8 +121,10 @@ class Device {
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   // Semantics: for i<bytes: dst[i] = 0
   virtual void zero(void* dst, int64_t bytes) = 0;
-  // Wait until every op and transfer issued so far has finished.
-  virtual void synchronize() = 0;
+  // Wait until every op and transfer issued so far has finished. Returns the first failure of any
+  // of them since the last call (a device fault, such as a CUDA error: ops return nothing, so this
+  // is where a step learns its results cannot be trusted); Ok on a device that cannot fail so.
+  virtual Status synchronize() = 0;
   // True when ops may read host memory directly (the cpu device): weights mapped from a file are
   // then used in place, never copied. False (cuda): the model uploads them at load.
   // A device that reads host memory also lets ops write it: the model then has the step's

@@ -165,8 +165,8 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
   }
   slots_.clear();
   for (int s = 0; s < opt_.adapter_slots; s++) slots_.push_back(std::make_unique<Slot>());
-  dev_->synchronize();  // the uploads above read `staging` and the mapped files
-  return Status::Ok();
+  // The uploads above read `staging` and the mapped files.
+  return dev_->synchronize();
 }
 
 Status LlamaModel::make_resident(WeightView* w, const std::string& name) {
@@ -239,9 +239,10 @@ Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modul
       if (st.ok()) st = upload_new(dev_, bt.data(), int64_t(bt.size()), "LoRA weights", &dst.bt);
       if (!st.ok()) break;
     }
-    dev_->synchronize();  // the uploads read `staging`
+    const Status synced = dev_->synchronize();  // the uploads read `staging`
+    if (st.ok()) st = synced;
   } catch (const std::bad_alloc&) {
-    dev_->synchronize();
+    (void)dev_->synchronize();
     st = Status::Error("adapter_load_failed", "out of memory copying LoRA weights");
   }
   if (!st.ok()) {
@@ -278,7 +279,8 @@ Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<Medus
   } catch (const std::bad_alloc&) {
     st = Status::Error("adapter_load_failed", "out of memory copying Medusa weights");
   }
-  dev_->synchronize();  // the uploads read the caller's arrays
+  const Status synced = dev_->synchronize();  // the uploads read the caller's arrays
+  if (st.ok()) st = synced;
   if (!st.ok()) {
     s.medusa.clear();
     if (st.code == "model_invalid") st.code = "adapter_load_failed";
@@ -578,10 +580,7 @@ Status LlamaModel::forward(const StepInput& in) {
       from = to + count;
     }
   }
-  if (T == 0) {
-    dev_->synchronize();
-    return Status::Ok();
-  }
+  if (T == 0) return dev_->synchronize();
 
   // Per-token cache slots and the step's RoPE tables, on the device, once for every layer.
   attn_rows_.clear();
@@ -779,8 +778,7 @@ Status LlamaModel::forward(const StepInput& in) {
   finish_output(in.medusa_leaves, in.medusa_leaves ? int64_t(in.rows.size()) : 0, leaves_);
   finish_output(in.medusa_logits, in.medusa_len, medusa_logits_);
   finish_output(in.medusa_top_ids, in.medusa_top_ids ? in.medusa_top_ids_len : 0, top_ids_);
-  dev_->synchronize();
-  return Status::Ok();
+  return dev_->synchronize();
 }
 
 }  // namespace loom

@@ -32,7 +32,7 @@ class ReferenceDevice final : public Device {
   void download(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
   void copy(void* dst, const void* src, int64_t bytes) override { HostMemory::copy(dst, src, bytes); }
   void zero(void* dst, int64_t bytes) override { HostMemory::zero(dst, bytes); }
-  void synchronize() override {}
+  Status synchronize() override { return Status::Ok(); }
   bool reads_host_memory() const override { return true; }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {

@@ -128,11 +128,15 @@ std::vector<float> widen(const std::vector<uint8_t>& bytes, DType dt) {
   for (size_t i = 0; i < out.size(); i++) out[i] = load_weight(bytes.data(), dt, int64_t(i));
   return out;
 }
+// The first device fault any wait reported (the self-test fails with it; see run_kernel_self_test).
+Status g_fault;
+
 template <typename T>
 std::vector<T> get(Device* dev, const DeviceBuffer<T>& buf, size_t n) {
   std::vector<T> host(n);
   if (buf.data() != nullptr && n > 0) dev->download(host.data(), buf.data(), int64_t(n * sizeof(T)));
-  dev->synchronize();
+  const Status st = dev->synchronize();
+  if (!st.ok() && g_fault.ok()) g_fault = st;
   return host;
 }
 // Integer results compared exactly, as floats (exact below 2^24).
@@ -854,6 +858,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   SelfTestResult res;
   Checker ck{&res, {}};
   Rng rng{seed};
+  g_fault = Status::Ok();
   Device* ref = reference_device();
   test_matmul(device, ref, rng, ck);
   test_elementwise(device, ref, rng, ck);
@@ -865,6 +870,15 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_greedy_leaf(device, ref, rng, ck);
   test_kv_dtypes(device, ref, rng, ck);
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
+  const Status last = device->synchronize();
+  if (!last.ok() && g_fault.ok()) g_fault = last;
+  if (!g_fault.ok()) {
+    // A device fault makes every result after it meaningless, however close the numbers look.
+    res.ok = false;
+    res.failures++;
+    res.worst_case = "device fault: " + g_fault.message;
+    res.report += "device fault: " + g_fault.message + "\n";
+  }
   return res;
 }
 
