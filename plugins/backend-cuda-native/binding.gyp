@@ -14,9 +14,11 @@
         "native/src/runtime/thread-pool.cc",
         "native/src/runtime/weights.cc",
         "native/src/reference/kernels-ref.cc",
+        "native/src/reference/sampler-ref.cc",
         "native/src/cpu/matmul-cpu.cc",
         "native/src/cpu/lora-cpu.cc",
         "native/src/cpu/ops-cpu.cc",
+        "native/src/cpu/sampler-cpu.cc",
         "native/src/cpu/read-bandwidth.cc",
         "native/src/model/llama-model.cc"
       ],

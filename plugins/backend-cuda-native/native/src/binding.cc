@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -584,9 +585,119 @@ Napi::Value MeasureReadBandwidth(const Napi::CallbackInfo& info) {
   return p;
 }
 
+// TEST HOOK, not part of the runtime's API: sampleRows(device, input) -> Promise<{token, logprob,
+// topIds, topLogprobs}> runs Device::sample of `reference`, `cpu` or `cuda` on host rows, so
+// test/device-sampler.test.ts can hold the device samplers to the JS TokenSampler. Input (rows R,
+// vocabulary V, W = ceil(V/32)): logits Float32Array [R, V]; floats Float64Array [R, 6]
+// (temperature, top_p, typical_p, repetition, frequency, presence); ints Int32Array [R, 4] (top_k,
+// top_logprobs, has_mask, allowed_lift); seeds BigUint64Array [R, 2] (seed, draws); penaltyStart
+// Int32Array [R + 1] and penalties Int32Array [2 * penaltyStart[R]] ((id, count) pairs); allowed
+// Uint32Array [R, W]; numbers vocabSize and maxTop.
+Napi::Value SampleRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsString() || !info[1].IsObject())
+    return throw_status(env, bad_arg("sampleRows(device, input) takes a device name and an object"));
+  const std::string device_name = info[0].As<Napi::String>().Utf8Value();
+  const Napi::Object in = info[1].As<Napi::Object>();
+  int64_t V = 0, max_top = 0, n = 0;
+  Status st = integer(in, "vocabSize", &V);
+  if (st.ok()) st = integer(in, "maxTop", &max_top);
+  const float* logits = nullptr;
+  if (st.ok()) st = typed(in, "logits", napi_float32_array, "logits", -1, "[R, V]", &logits, &n);
+  if (st.ok() && (V <= 0 || n % V != 0 || max_top < 0 || max_top > 4096))
+    st = bad_arg("sampleRows: logits must be [R, vocabSize] and maxTop in [0, 4096]");
+  if (!st.ok()) return throw_status(env, st);
+  const int64_t R = n / V, W = (V + 31) / 32;
+  const double* floats = nullptr;
+  const int32_t *ints = nullptr, *pstart = nullptr, *pens = nullptr;
+  const uint64_t* seeds = nullptr;
+  const uint32_t* allowed = nullptr;
+  int64_t len = 0;
+  st = typed(in, "floats", napi_float64_array, "floats", R * 6, "[R, 6]", &floats, &len);
+  if (st.ok()) st = typed(in, "ints", napi_int32_array, "ints", R * 4, "[R, 4]", &ints, &len);
+  if (st.ok()) st = typed(in, "seeds", napi_biguint64_array, "seeds", R * 2, "[R, 2]", &seeds, &len);
+  if (st.ok()) st = typed(in, "penaltyStart", napi_int32_array, "penaltyStart", R + 1, "[R + 1]", &pstart, &len);
+  if (st.ok()) st = typed(in, "penalties", napi_int32_array, "penalties", -1, "[2 * pairs]", &pens, &len);
+  if (st.ok() && (pstart[0] != 0 || int64_t(pstart[R]) * 2 != len)) st = bad_arg("sampleRows: penaltyStart/penalties disagree");
+  for (int64_t r = 0; st.ok() && r < R; r++)
+    if (pstart[r + 1] < pstart[r]) st = bad_arg("sampleRows: penaltyStart must not decrease");
+  if (st.ok()) st = typed(in, "allowed", napi_uint32_array, "allowed", R * W, "[R, ceil(V/32)]", &allowed, &len);
+  if (!st.ok()) return throw_status(env, st);
+  auto out = std::make_shared<std::vector<uint8_t>>();
+  auto* w = new PromiseWorker(
+      env,
+      [=]() -> Status {
+        std::unique_ptr<loom::Device> owned;
+        loom::Device* dev = loom::reference_device();
+        if (device_name != "reference") {
+          LOOM_RETURN_IF_ERROR(loom::create_device(device_name, 2, &owned));
+          dev = owned.get();
+        }
+        // Everything in device memory, as a step would have it.
+        std::vector<void*> bufs;
+        auto make = [&](int64_t bytes) {
+          bufs.push_back(dev->alloc(std::max<int64_t>(bytes, 1)));
+          return bufs.back();
+        };
+        auto put = [&](const void* src, int64_t bytes) {
+          void* p = make(bytes);
+          if (p && bytes > 0) dev->upload(p, src, bytes);
+          return p;
+        };
+        const auto* d_logits = static_cast<const float*>(put(logits, R * V * 4));
+        const auto* d_pens = static_cast<const loom::PenaltyToken*>(put(pens, int64_t(pstart[R]) * 8));
+        const auto* d_allowed = static_cast<const uint32_t*>(put(allowed, R * W * 4));
+        const int64_t out_bytes = R * (4 + 4) + R * max_top * (4 + 4);
+        auto* d_out = static_cast<uint8_t*>(make(out_bytes));
+        void* d_scratch = make(R * loom::sample_row_scratch_bytes(V));
+        for (void* p : bufs)
+          if (!p) return Status::Error("native_error", "sampleRows: device out of memory");
+        std::vector<loom::SampleParams> params(static_cast<size_t>(R));
+        for (int64_t r = 0; r < R; r++) {
+          loom::SampleParams& p = params[size_t(r)];
+          const double* f = floats + r * 6;
+          const int32_t* i = ints + r * 4;
+          p.row = int32_t(r);
+          p.temperature = f[0], p.top_p = f[1], p.typical_p = f[2];
+          p.repetition_penalty = f[3], p.frequency_penalty = f[4], p.presence_penalty = f[5];
+          p.top_k = i[0], p.top_logprobs = i[1];
+          p.allowed = i[2] ? d_allowed + r * W : nullptr;
+          p.allowed_lift = i[3] != 0;
+          p.seed = seeds[r * 2], p.draws = seeds[r * 2 + 1];
+          p.penalties = d_pens + pstart[r];
+          p.n_penalties = pstart[r + 1] - pstart[r];
+        }
+        auto* token = reinterpret_cast<int32_t*>(d_out);
+        auto* logprob = reinterpret_cast<float*>(d_out + R * 4);
+        auto* top_ids = reinterpret_cast<int32_t*>(d_out + R * 8);
+        auto* top_lp = reinterpret_cast<float*>(d_out + R * 8 + R * max_top * 4);
+        dev->sample(d_logits, V, V, params.data(), int(R), int(max_top), token, logprob, top_ids, top_lp, d_scratch);
+        out->resize(size_t(out_bytes));
+        dev->download(out->data(), d_out, out_bytes);
+        const Status done = dev->synchronize();
+        for (void* p : bufs) dev->release(p);
+        return done;
+      },
+      [=](Napi::Env e) {
+        Napi::Object o = Napi::Object::New(e);
+        Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(e, out->size());
+        std::memcpy(buf.Data(), out->data(), out->size());
+        o.Set("token", Napi::Int32Array::New(e, size_t(R), buf, 0));
+        o.Set("logprob", Napi::Float32Array::New(e, size_t(R), buf, size_t(R * 4)));
+        o.Set("topIds", Napi::Int32Array::New(e, size_t(R * max_top), buf, size_t(R * 8)));
+        o.Set("topLogprobs", Napi::Float32Array::New(e, size_t(R * max_top), buf, size_t(R * 8 + R * max_top * 4)));
+        return Napi::Value(o);
+      });
+  w->keep(in);
+  Napi::Promise p = w->promise();
+  w->Queue();
+  return p;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Runtime", Runtime::Define(env));
   exports.Set("measureReadBandwidth", Napi::Function::New(env, MeasureReadBandwidth));
+  exports.Set("sampleRows", Napi::Function::New(env, SampleRows));  // TEST HOOK (test/device-sampler.test.ts)
   exports.Set("devices", Napi::String::New(env, loom::compiled_devices()));  // "cpu" or "cpu,cuda"
   // null, or why `device: cuda` cannot run here ({code, message}); probes the GPU once (device-factory.h).
   exports.Set("cudaStatus", Napi::Function::New(env, [](const Napi::CallbackInfo& info) -> Napi::Value {

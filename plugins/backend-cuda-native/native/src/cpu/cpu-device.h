@@ -1,6 +1,6 @@
 // The cpu device: AVX-512 kernels (AVX2 + FMA + F16C where the build machine lacks AVX-512) run
 // across a persistent thread pool.
-// Implementation is split by op family: matmul-cpu.cc, lora-cpu.cc, ops-cpu.cc.
+// Implementation is split by op family: matmul-cpu.cc, lora-cpu.cc, ops-cpu.cc, sampler-cpu.cc.
 #pragma once
 
 #include <memory>
@@ -57,6 +57,8 @@ class CpuDevice final : public Device {
                    int32_t* leaf) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
+  void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
+              float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override;
   void prefetch_in_next_matmul(const CacheRegion* regions, int n) override;
 
  private:

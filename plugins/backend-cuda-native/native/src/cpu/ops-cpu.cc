@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu/cpu-device.h"
+#include "cpu/row-reduce.h"
 #include "cpu/vec-math.h"
 
 namespace loom {
@@ -297,31 +298,6 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
     pool_.run(work);
 }
 
-namespace {
-
-// The largest of init and row[0, V) by vector max: NaN values lose (maxps returns its second
-// operand, the running maximum, when either is NaN), so the result is NaN only if init is.
-float row_max(const float* row, int64_t V, float init) {
-  __m256 mv = _mm256_set1_ps(init);
-  int64_t i = 0;
-  for (; i + 8 <= V; i += 8) mv = _mm256_max_ps(_mm256_loadu_ps(row + i), mv);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, mv);
-  float m = init;
-  for (float l : lanes) m = l > m ? l : m;
-  for (; i < V; i++) m = row[i] > m ? row[i] : m;
-  return m;
-}
-
-// The first index holding m, or -1 (NaN equals nothing).
-int32_t first_index_of(const float* row, int64_t V, float m) {
-  for (int64_t j = 0; j < V; j++)
-    if (row[j] == m) return int32_t(j);
-  return -1;
-}
-
-}  // namespace
-
 // First maximum per row (ties pick the lower index, like the reference and numpy): the row's
 // maximum by vector max from -inf (NaN loses every comparison), then the first index holding
 // it; -1 when nothing beats -inf.
@@ -372,32 +348,7 @@ void CpuDevice::greedy_leaf(const int32_t* tokens, const int32_t* argmax, const 
 void CpuDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) {
   for_range(pool_, T, 2 * V, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
-      const float* row = x + t * ld;
-      float max = -std::numeric_limits<float>::infinity();
-      bool nan = false;
-      for (int64_t i = 0; i < V; i++) {
-        nan = nan || std::isnan(row[i]);
-        max = row[i] > max ? row[i] : max;
-      }
-      if (nan) {
-        out[t] = std::numeric_limits<double>::quiet_NaN();
-        continue;
-      }
-      if (max == -std::numeric_limits<float>::infinity()) {
-        out[t] = -std::numeric_limits<double>::infinity();
-        continue;
-      }
-      const __m256 m = _mm256_set1_ps(max);
-      double sum = 0;
-      int64_t i = 0;
-      while (i + 8 <= V) {
-        __m256 acc = _mm256_setzero_ps();
-        const int64_t end = std::min(V, i + 256) & ~int64_t(7);
-        for (; i < end; i += 8) acc = _mm256_add_ps(acc, exp256(_mm256_sub_ps(_mm256_loadu_ps(row + i), m)));
-        sum += double(hsum256(acc));
-      }
-      for (; i < V; i++) sum += std::exp(double(row[i]) - double(max));
-      out[t] = double(max) + std::log(sum);
+      out[t] = row_log_sum_exp(x + t * ld, V);
     }
   });
 }

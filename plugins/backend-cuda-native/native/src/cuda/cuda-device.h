@@ -1,7 +1,7 @@
 // The cuda device: one GPU, one stream. Every op is one or a few kernel launches on that stream;
 // nothing waits for the GPU except synchronize(), download's consumer and the pinned staging ring
 // (below). Implementation split by op family: cuda-device.cu (memory, staging, probe),
-// elementwise.cu, matmul.cu, lora.cu, vocab-ops.cu, attention.cu. Included by .cu files only.
+// elementwise.cu, matmul.cu, lora.cu, vocab-ops.cu, attention.cu, sampler.cu. Included by .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,6 +63,8 @@ class CudaDevice final : public Device {
                    int32_t* leaf) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
+  void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
+              float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override;
 
   // The first CUDA error since the last call (sticky: later errors are dropped), then Ok.
   Status take_status();

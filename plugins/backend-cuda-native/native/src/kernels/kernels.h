@@ -95,6 +95,42 @@ struct LeafRow {
   const uint8_t* tree_mask = nullptr;  // device: [n, n] 0/1, or null for a causal row (a chain)
 };
 
+// One token of a row's penalty history (SampleParams::penalties): every listed token is in the
+// prompt or the output (the repetition penalty's set); `count` is its occurrences in the output
+// (the frequency and presence penalties' counts; 0 for a prompt-only token).
+struct PenaltyToken {
+  int32_t id = 0;  // token id; ids outside [0, V) are skipped; ids are distinct within a row
+  int32_t count = 0;
+};
+
+// How one logits row is sampled (Device::sample): a request's SamplingParams
+// (core/src/contracts/sampling.ts) and its sampling state as plain numbers. The f64 fields are JS
+// numbers, kept in f64 so the arithmetic is the JS sampler's.
+struct SampleParams {
+  int32_t row = 0;                  // the logits row: x[row * ld, + V)
+  double temperature = 0;           // 0: greedy
+  int32_t top_k = 0;                // 0: off; 1: greedy
+  double top_p = 1;                 // 1: off
+  double typical_p = 1;             // 1: off
+  double repetition_penalty = 1;    // 1: off
+  double frequency_penalty = 0;     // 0: off
+  double presence_penalty = 0;      // 0: off
+  uint64_t seed = 0;                // the request's stream: xoshiro128** seeded by SplitMix64(seed) (rng.ts)
+  uint64_t draws = 0;               // nextFloat calls the stream made before this step (one per sampled token)
+  const PenaltyToken* penalties = nullptr;  // device [n_penalties] (read only when a penalty is on)
+  int32_t n_penalties = 0;
+  // Device [ceil(V/32)]: token v is allowed when bit v%32 of word v/32 is set; null: every token.
+  const uint32_t* allowed = nullptr;
+  // A terminated grammar whose only legal moves are the allowed (eos) tokens: an allowed token the
+  // model scored -inf becomes 0, so it stays choosable (grammar-mask.ts).
+  bool allowed_lift = false;
+  int32_t top_logprobs = 0;  // raw top logprobs to report, 0..max_top
+};
+
+// Scratch of one row of Device::sample: the working logits (f32), candidate ids (i32), an order
+// key and probabilities (f64), each [V], rounded up to 256 bytes.
+inline int64_t sample_row_scratch_bytes(int64_t V) { return (V * (4 + 4 + 8 + 8) + 255) / 256 * 256; }
+
 // The op set. Every entry: a "Semantics:" pseudo-loop and the argument shapes.
 //
 // A device owns its memory. Every pointer an op reads or writes points into memory the device
@@ -269,6 +305,29 @@ class Device {
   // Semantics: for t<T, j<K: out[t*K + j] = the index of row t's j-th largest value, i<V, ties to
   // the lower index, NaN never chosen; -1 where the row has fewer than j+1 non-NaN values.
   virtual void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) = 0;
+
+  // The engine's token sampler (core/src/engine/sampler/token-sampler.ts) on logits rows: the same
+  // token for the same logits, parameters, seed and draws, bit for bit (JS numbers are f64, Math.exp
+  // and Math.log are fdlibm's; reference/sampler-core.h is the port), alone or in any batch.
+  // Semantics: for r<nrows: p = params[r]; z = x[p.row*ld + i<V] (raw logits); w = z;
+  //   for (id, c) in p.penalties: w[id] = f32(w[id] < 0 ? w[id]*rep : w[id]/rep) (rep != 1);
+  //     if c > 0 and (freq or presence): w[id] = f32(w[id] - c*freq - presence)
+  //   if p.allowed: w[i] = -inf where bit i is clear (allowed_lift: an allowed -inf becomes 0)
+  //   greedy (temperature 0 or top_k 1): id = the first maximum of w, -1 if none > -inf
+  //   else: ids = {i: w[i] > -inf} in id order; top-k (k-th value's ties kept); w /= temperature;
+  //     top-p; typical-p (each keeps the shortest most-likely/most-typical prefix reaching its
+  //     mass, in the JS selection's order); prob = softmax over ids (f64); u = nextFloat of the
+  //     stream after p.draws draws; id = the first ids[j] with u < Σ_{i<=j} prob (-1: no ids)
+  //   token[r] = id; logprob[r] = z[id] - log Σ_i exp z[i] (the raw log-softmax: before
+  //   penalties, mask, temperature and warpers); for j<max_top: (top_ids, top_logprobs)[r*max_top+j]
+  //   = the j-th of z by (value desc, id asc) with its raw logprob for j < p.top_logprobs and
+  //   non-NaN values remain, else (-1, 0). A row with token -1 reports logprob 0 and no tops.
+  //   A row draws (its next `draws` is one more) exactly when it is not greedy and token >= 0.
+  // x [*, ld], params [nrows] (host), token [nrows] i32, logprob [nrows] f32,
+  // top_ids [nrows, max_top] i32, top_logprobs [nrows, max_top] f32,
+  // scratch [nrows * sample_row_scratch_bytes(V)] bytes (device, contents undefined)
+  virtual void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top,
+                      int32_t* token, float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) = 0;
 };
 
 // The scalar reference device: plain loops, one thread, no intrinsics. Slow on purpose.

@@ -9,6 +9,7 @@
 
 #include "kernels/host-memory.h"
 #include "kernels/kernels.h"
+#include "reference/sampler-ref.h"
 
 namespace loom {
 namespace {
@@ -238,6 +239,11 @@ class ReferenceDevice final : public Device {
       }
       leaf[r] = node;
     }
+  }
+
+  void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top,
+              int32_t* token, float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override {
+    sample_reference(x, ld, V, params, nrows, max_top, token, logprob, top_ids, top_logprobs, scratch);
   }
 
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {

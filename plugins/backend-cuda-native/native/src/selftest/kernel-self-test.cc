@@ -852,6 +852,116 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
              1e-4);
 }
 
+// Device::sample against the reference sampler (the JS sampler's port; test/device-sampler.test.ts
+// holds that port to the JS itself): vocabularies of SmolLM2, Llama-2, Llama-3 and Qwen2, batches
+// 1..64, rows greedy (temperature 0 or top-k 1), sampled (top-k at, below and above the heap
+// limit 1024, top-p, typical-p, tiny temperatures), penalised (histories with out-of-vocabulary
+// ids) and masked (sparse and dense masks, a terminated grammar's eos with a -inf logit), logits
+// with ties, -inf holes and NaN. Token ids and top-logprob ids must be equal; logprobs within f32
+// rounding of the normaliser.
+void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  struct Shape {
+    int64_t V;
+    int rows;
+  };
+  for (const Shape sh : {Shape{49152, 64}, Shape{32000, 33}, Shape{128256, 7}, Shape{151936, 1}, Shape{151936, 8},
+                         Shape{4096, 64}}) {
+    const int64_t V = sh.V, W = (V + 31) / 32;
+    const int R = sh.rows, max_top = 8;
+    std::vector<float> logits(size_t(R * V));
+    std::vector<uint32_t> masks(size_t(R * W), 0);
+    std::vector<PenaltyToken> pens;
+    std::vector<SampleParams> params(static_cast<size_t>(R));
+    std::vector<int> pen_start(static_cast<size_t>(R) + 1, 0);
+    std::vector<int> kinds(static_cast<size_t>(R));
+    for (int r = 0; r < R; r++) {
+      float* row = logits.data() + int64_t(r) * V;
+      const int shape = rng.range(0, 3);  // smooth, peaked, quantised (ties), with -inf holes
+      const float scale = rng.pick({0.5f, 3.0f, 10.0f});
+      for (int64_t v = 0; v < V; v++) {
+        const float g = rng.uniform(-scale, scale);
+        row[v] = shape == 2 ? std::round(g) : shape == 3 && rng.range(0, 3) == 0 ? -INFINITY : g;
+      }
+      if (shape == 1)
+        for (int i = 0; i < 6; i++) row[rng.range(0, int(V) - 1)] = rng.uniform(10, 30);
+      if (rng.range(0, 19) == 0) row[rng.range(0, int(V) - 1)] = NAN;
+      SampleParams& p = params[size_t(r)];
+      const int kind = rng.range(0, 4);  // 0 greedy, 1 sampled, 2 penalised, 3 masked, 4 all of them
+      kinds[size_t(r)] = kind;
+      p.row = r;
+      p.temperature = kind == 0 ? 0.0 : rng.pick({0.3, 0.7, 1.0, 1.4, 1e-25});
+      p.top_k = kind == 0 ? rng.pick({0, 1}) : rng.pick({0, 0, 1, 7, 50, 1500});
+      p.top_p = kind == 0 ? 1.0 : rng.pick({1.0, 0.9, 0.5});
+      p.typical_p = kind == 0 ? 1.0 : rng.pick({1.0, 1.0, 0.8});
+      p.seed = rng.next();
+      p.draws = uint64_t(rng.range(0, 40));
+      p.top_logprobs = rng.pick({0, 1, 5, 8});
+      if (kind == 2 || kind == 4) {
+        p.repetition_penalty = rng.pick({1.0, 1.3, 0.7});
+        p.frequency_penalty = rng.pick({0.0, 0.5});
+        p.presence_penalty = rng.pick({0.0, -0.4, 1.0});
+        std::vector<int32_t> seen;
+        for (int i = rng.range(1, 60); i > 0; i--) {
+          const int32_t id = rng.range(0, 9) == 0 ? rng.range(0, 99) : rng.range(0, int(V) - 1);
+          if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+          seen.push_back(id);
+          pens.push_back({id, rng.range(0, 2) == 0 ? 0 : rng.range(1, 5)});
+        }
+        pens.push_back({int32_t(V) + 3, 2});  // out of the vocabulary: skipped
+      }
+      pen_start[size_t(r) + 1] = int(pens.size());
+      if (kind == 3 || kind == 4) {
+        uint32_t* m = masks.data() + int64_t(r) * W;
+        if (rng.range(0, 3) == 0) {  // a terminated grammar: only eos, scored -inf here
+          const int eos = rng.range(0, int(V) - 1);
+          m[eos >> 5] |= 1u << (eos & 31);
+          row[eos] = -INFINITY;
+          p.allowed_lift = true;
+        } else {
+          const int density = rng.pick({1, 50, 95});  // percent
+          for (int64_t v = 0; v < V; v++)
+            if (rng.range(0, 99) < density) m[v >> 5] |= 1u << (v & 31);
+        }
+      }
+    }
+    std::vector<int32_t> tok[2], top[2];
+    std::vector<float> lp[2], tlp[2];
+    Device* devs[2] = {dev, ref};
+    for (int d = 0; d < 2; d++) {
+      auto xb = put(devs[d], logits);
+      auto mb = put(devs[d], masks);
+      auto pb = put(devs[d], pens);
+      std::vector<SampleParams> ps = params;
+      for (int r = 0; r < R; r++) {
+        SampleParams& p = ps[size_t(r)];
+        p.penalties = pb.data() + pen_start[size_t(r)];
+        p.n_penalties = pen_start[size_t(r) + 1] - pen_start[size_t(r)];
+        if (kinds[size_t(r)] >= 3) p.allowed = mb.data() + int64_t(r) * W;
+      }
+      DeviceBuffer<uint8_t> scratch;
+      (void)scratch.allocate(devs[d], R * sample_row_scratch_bytes(V), "self-test");
+      auto tb = put(devs[d], std::vector<int32_t>(size_t(R), -7));
+      auto lb = put(devs[d], std::vector<float>(size_t(R), -7));
+      auto ib = put(devs[d], std::vector<int32_t>(size_t(R * max_top), -7));
+      auto jb = put(devs[d], std::vector<float>(size_t(R * max_top), -7));
+      devs[d]->sample(xb.data(), V, V, ps.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(),
+                      scratch.data());
+      tok[d] = get(devs[d], tb, size_t(R));
+      lp[d] = get(devs[d], lb, size_t(R));
+      top[d] = get(devs[d], ib, size_t(R * max_top));
+      tlp[d] = get(devs[d], jb, size_t(R * max_top));
+    }
+    const std::string what = dims("sample", {{"V", V}, {"rows", R}});
+    compare_exact(ck, "sample", what + " token", tok[0], tok[1]);
+    compare_exact(ck, "sample", what + " top ids", top[0], top[1]);
+    // NaN rows report NaN logprobs on both sides; compare the finite ones.
+    for (auto* v : {&lp[0], &lp[1], &tlp[0], &tlp[1]})
+      for (float& f : *v) f = std::isfinite(f) ? f : 0.0f;
+    ck.compare("sample", what + " logprob", lp[0].data(), lp[1].data(), size_t(R), 2e-4, 1e-5);
+    ck.compare("sample", what + " top logprobs", tlp[0].data(), tlp[1].data(), size_t(R * max_top), 2e-4, 1e-5);
+  }
+}
+
 }  // namespace
 
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
@@ -869,6 +979,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_step_ops(device, ref, rng, ck);
   test_greedy_leaf(device, ref, rng, ck);
   test_kv_dtypes(device, ref, rng, ck);
+  test_sample(device, ref, rng, ck);
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
   const Status last = device->synchronize();
   if (!last.ok() && g_fault.ok()) g_fault = last;
