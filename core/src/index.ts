@@ -15,4 +15,6 @@ export { readLoraAdapter } from './adapters/read-lora.ts'
 export { readMedusaAdapter } from './adapters/read-medusa.ts'
 export { DEFAULT_MEDUSA_CHOICES } from './engine/medusa/medusa-tree.ts'
 export { EventChannel } from './engine/event-channel.ts'
+// The close/destroy lifecycle every Backend shares.
+export { BackendLifecycle } from './lifecycle/backend-lifecycle.ts'
 export { z } from 'zod'

@@ -33,6 +33,7 @@ import { headSpacing, type PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
 import { logSumExp } from './sampler/softmax.ts'
 import { TokenSampler } from './sampler/token-sampler.ts'
+import { BackendLifecycle } from '../lifecycle/backend-lifecycle.ts'
 import { Scheduler } from './scheduler.ts'
 import { SerialQueue } from './serial-queue.ts'
 import { Sequence, type Drafter } from './sequence.ts'
@@ -104,7 +105,7 @@ const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
  * every request now. Both are idempotent, and `close()` after `destroy()` resolves when the runner
  * is closed.
  */
-export class BatchingEngine implements Backend {
+export class BatchingEngine extends BackendLifecycle implements Backend {
   private readonly runner: StepRunner
   private readonly limits: BatchingEngineLimits
   private readonly options: BatchingEngineOptions
@@ -116,11 +117,6 @@ export class BatchingEngine implements Backend {
 
   private loaded: Loaded | null = null
   private startPromise: Promise<void> | null = null
-  private closing = false
-  private destroyed = false
-  private closePromise: Promise<void> | null = null
-  private resolveClose: (() => void) | null = null
-  private runnerCloseStarted = false
   private loopRunning = false
   private loopScheduled = false
   private nextSeqId = 1
@@ -142,6 +138,7 @@ export class BatchingEngine implements Backend {
   private readonly speculationMaxTokens: number
 
   constructor(options: BatchingEngineOptions) {
+    super()
     const { limits } = options
     for (const name of ['maxBatchSize', 'maxBatchPrefillTokens', 'maxConcurrentRequests'] as const) {
       if (!Number.isInteger(limits[name]) || limits[name] < 1)
@@ -418,31 +415,23 @@ export class BatchingEngine implements Backend {
     return this.loaded?.adapters.stats() ?? null
   }
 
-  close(): Promise<void> {
-    if (this.closePromise === null) {
-      this.closing = true
-      this.closePromise = new Promise<void>((resolve) => {
-        this.resolveClose = resolve
-      })
-      this.maybeFinishClose()
-    }
-    return this.closePromise
+  // ——— lifecycle (BackendLifecycle: close drains, destroy fails all) ———
+
+  protected isIdle(): boolean {
+    return this.active.size === 0 && !this.loopRunning
   }
 
-  destroy(err?: Error): void {
-    if (this.destroyed) return
-    this.destroyed = true
-    this.closing = true
-    if (this.closePromise === null) {
-      this.closePromise = new Promise<void>((resolve) => {
-        this.resolveClose = resolve
-      })
-    }
-    const reason = err ?? new LoomError('server_closing')
+  protected failAll(reason: Error): void {
     // Before failing requests: their released pins must not let a waiting adapter load in.
     this.loaded?.adapters.close(new LoomError('server_closing'))
     for (const seq of [...this.active]) this.fail(seq, reason)
-    this.closeRunner()
+  }
+
+  protected async shutdown(): Promise<void> {
+    this.loaded?.adapters.close(new LoomError('server_closing'))
+    await this.runnerQueue
+      .run(() => this.runner.close())
+      .catch((err: unknown) => this.logger.error({ err }, 'runner close failed'))
   }
 
   // ——— the loop ———
@@ -517,7 +506,7 @@ export class BatchingEngine implements Backend {
       for (const seq of [...this.active]) this.fail(seq, generationError(err))
     } finally {
       this.loopRunning = false
-      this.maybeFinishClose()
+      this.workDone()
     }
   }
 
@@ -834,22 +823,7 @@ export class BatchingEngine implements Backend {
       if (seq.request.adapter !== null) adapters.release(seq.request.adapter)
       if (seq.request.speculator !== null) adapters.release(seq.request.speculator)
     }
-    this.maybeFinishClose()
-  }
-
-  private maybeFinishClose(): void {
-    if (!this.closing || this.active.size > 0 || this.loopRunning) return
-    this.closeRunner()
-  }
-
-  private closeRunner(): void {
-    if (this.runnerCloseStarted) return
-    this.runnerCloseStarted = true
-    this.loaded?.adapters.close(new LoomError('server_closing'))
-    this.runnerQueue
-      .run(() => this.runner.close())
-      .catch((err: unknown) => this.logger.error({ err }, 'runner close failed'))
-      .finally(() => this.resolveClose?.())
+    this.workDone()
   }
 
   private requireLoaded(): Loaded {

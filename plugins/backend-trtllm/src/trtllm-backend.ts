@@ -12,11 +12,12 @@
  * - Cancellation: aborting the request's signal ends its stream with `cancelled` at once and asks
  *   the executor to cancel; the request counts as running until the executor's final response, so
  *   `close()` waits for it. A consumer that leaves the stream cancels the same way, silently.
- * - Lifecycle (as the core's `BatchingEngine`, after undici's DispatcherBase): `close()` refuses new
+ * - Lifecycle (the core's `BackendLifecycle`, shared with the `BatchingEngine`): `close()` refuses new
  *   work and resolves once every accepted request has ended and the executor has shut down;
  *   `destroy(err)` fails every request now and shuts the executor down. Both are idempotent.
  */
 import {
+  BackendLifecycle,
   EventChannel,
   LoomError,
   readLoraAdapter,
@@ -87,7 +88,7 @@ interface Run {
 /** How often requests waiting for LoRA cache room retry when no other request ends meanwhile. */
 const CACHE_FULL_RETRY_MS = 50
 
-export class TrtllmBackend implements Backend {
+export class TrtllmBackend extends BackendLifecycle implements Backend {
   readonly #addon: TrtllmAddon
   readonly #engineDir: string
   readonly #modelDir: string
@@ -101,15 +102,13 @@ export class TrtllmBackend implements Backend {
   readonly #loading = new Map<string, Promise<AdapterHandle>>()
   #started: Started | null = null
   #startPromise: Promise<void> | null = null
-  #closing = false
-  #destroyed = false
-  #closePromise: Promise<void> | null = null
-  #resolveClose: (() => void) | null = null
+  /** Set when the shutdown starts: stats then read zero. */
   #shutdownStarted = false
   #retryTimer: NodeJS.Timeout | null = null
   #nextClientId = 1
 
   constructor(init: TrtllmBackendInit) {
+    super()
     this.#addon = init.addon
     this.#engineDir = init.engineDir
     this.#modelDir = init.modelDir
@@ -120,7 +119,7 @@ export class TrtllmBackend implements Backend {
 
   start(): Promise<void> {
     if (this.#startPromise === null) {
-      if (this.#closing) return Promise.reject(new LoomError('server_closing'))
+      if (this.closing) return Promise.reject(new LoomError('server_closing'))
       this.#startPromise = this.#start()
     }
     return this.#startPromise
@@ -166,7 +165,7 @@ export class TrtllmBackend implements Backend {
       ),
       (responses) => this.#onResponses(responses),
     )
-    if (this.#closing) {
+    if (this.closing) {
       // Closed while the engine loaded: nothing can use it.
       await executor.shutdown()
       throw new LoomError('server_closing')
@@ -226,7 +225,7 @@ export class TrtllmBackend implements Backend {
   }
 
   loadAdapter(adapter: LocalAdapter): Promise<AdapterHandle> {
-    if (this.#closing) return Promise.reject(new LoomError('server_closing'))
+    if (this.closing) return Promise.reject(new LoomError('server_closing'))
     if (this.#started === null) return Promise.reject(new LoomError('backend_not_ready'))
     const { source, id, revision } = adapter.resolved
     const key = `${source}:${id}@${revision}`
@@ -274,7 +273,7 @@ export class TrtllmBackend implements Backend {
         }
       }
     })
-    if (this.#closing) throw new LoomError('server_closing')
+    if (this.closing) throw new LoomError('server_closing')
     return started.loras.add(key, id, weights).handle
   }
 
@@ -285,7 +284,7 @@ export class TrtllmBackend implements Backend {
   }
 
   submit(request: BackendRequest): AsyncIterable<GenerationEvent> {
-    if (this.#closing) throw new LoomError('server_closing')
+    if (this.closing) throw new LoomError('server_closing')
     const started = this.#requireStarted()
     checkSupported(request, started.capabilities.structuredOutput)
     const { maxContextLength, vocabSize } = started.capabilities
@@ -379,27 +378,14 @@ export class TrtllmBackend implements Backend {
     }
   }
 
-  close(): Promise<void> {
-    if (this.#closePromise === null) {
-      this.#closing = true
-      this.#closePromise = new Promise<void>((resolve) => {
-        this.#resolveClose = resolve
-      })
-      this.#maybeFinishClose()
-    }
-    return this.#closePromise
+  // ——— lifecycle (BackendLifecycle: close drains, destroy fails all) ———
+
+  protected isIdle(): boolean {
+    return this.#active.size === 0
   }
 
-  destroy(err?: Error): void {
-    if (this.#destroyed) return
-    this.#destroyed = true
-    this.#closing = true
-    this.#closePromise ??= new Promise<void>((resolve) => {
-      this.#resolveClose = resolve
-    })
-    const reason = err ?? new LoomError('server_closing')
+  protected failAll(reason: Error): void {
     for (const run of [...this.#active]) this.#fail(run, reason)
-    this.#shutdown()
   }
 
   // ——— requests ———
@@ -470,7 +456,7 @@ export class TrtllmBackend implements Backend {
     const text = response.error ?? 'unknown error'
     if (run.cancelling !== null) return this.#finish(run, 'cancelled')
     const started = this.#started
-    const fresh = run.lora !== null && run.emitted === 0 && started !== null && !this.#destroyed
+    const fresh = run.lora !== null && run.emitted === 0 && started !== null && !this.destroyed
     const notCached = response.errorKind === 'lora_not_cached' || LORA_NOT_CACHED.test(text)
     if (notCached && fresh && !run.resent) {
       // Evicted since it was last sent (or never arrived): send the weights, once.
@@ -577,30 +563,22 @@ export class TrtllmBackend implements Backend {
     }
     run.detachSignal?.()
     run.detachSignal = null
-    this.#maybeFinishClose()
+    this.workDone()
   }
 
-  #maybeFinishClose(): void {
-    if (!this.#closing || this.#active.size > 0) return
-    this.#shutdown()
-  }
-
-  #shutdown(): void {
-    if (this.#shutdownStarted) return
+  protected async shutdown(): Promise<void> {
     this.#shutdownStarted = true
     if (this.#retryTimer !== null) clearTimeout(this.#retryTimer)
     this.#retryTimer = null
     // A start in flight finishes first (it shuts down the executor it made, seeing `closing`).
-    const starting = this.#startPromise ?? Promise.resolve()
-    starting
-      .catch(() => undefined)
-      .then(() => this.#started?.executor.shutdown())
-      .catch((err: unknown) => this.#logger.error({ err }, 'TensorRT-LLM shutdown failed'))
-      .finally(() => this.#resolveClose?.())
+    await (this.#startPromise ?? Promise.resolve()).catch(() => undefined)
+    await Promise.resolve(this.#started?.executor.shutdown()).catch((err: unknown) =>
+      this.#logger.error({ err }, 'TensorRT-LLM shutdown failed'),
+    )
   }
 
   #requireStarted(): Started {
-    if (this.#destroyed) throw new LoomError('server_closing')
+    if (this.destroyed) throw new LoomError('server_closing')
     if (this.#started === null) throw new LoomError('backend_not_ready')
     return this.#started
   }
