@@ -184,14 +184,23 @@ export class Scheduler {
       if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
     }
     const trees = speculate ? this.planTrees(decoders, speculation) : null
-    // While the policy finds plain decoding faster for a key, its plain rows skip the heads too (no draft).
+    // While the policy finds plain decoding faster for a key, its plain rows skip the heads too (no
+    // draft), prefill rows included: at a batch size where no tree can pay, no row runs heads.
     const wants = new Map<string, boolean>()
+    let keyRows: Map<string, number> | null = null
     const heads = (seq: Sequence): boolean => {
       if (!speculate || seq.medusaSlot < 0) return false
       const policy = speculation.policy
       if (policy === null) return true
       let yes = wants.get(seq.policyKey)
-      if (yes === undefined) wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey)))
+      if (yes === undefined) {
+        if (keyRows === null) {
+          keyRows = new Map()
+          for (const d of decoders) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
+        }
+        const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
+        wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey, rows, Math.max(0, batchSize - rows))))
+      }
       return yes
     }
     for (const seq of decoders) {
@@ -212,7 +221,7 @@ export class Scheduler {
       const chunk = Math.min(seq.pending, budget, room)
       if (chunk <= 0) continue
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, speculate))
+      rows.push(buildRow(seq, chunk, heads(seq)))
       budget -= chunk
     }
 
@@ -236,7 +245,7 @@ export class Scheduler {
       this.running.push(seq)
       const chunk = Math.min(seq.pending, budget)
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, speculate))
+      rows.push(buildRow(seq, chunk, heads(seq)))
       budget -= chunk
     }
     return rows

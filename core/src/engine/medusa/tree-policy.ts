@@ -1,8 +1,15 @@
 import { headSpacing } from '../row-builder.ts'
 import type { SubTree, TreeFamily } from './tree-family.ts'
 
-/** Cost samples forgotten at this rate per step (an effective window of ~50 steps). */
+/**
+ * Cost samples of a work bucket forgotten at this rate per new sample in the same bucket (an
+ * effective window of ~50 steps of that size). Buckets forget only their own samples: a long
+ * stretch of plain batch-8 steps refines what such a step costs and leaves what the last tree
+ * steps cost in place, so the slope of the fit does not decay into noise while nothing varies.
+ */
 const DECAY = 0.98
+/** Work buckets per doubling of the step's work. */
+const BUCKETS_PER_OCTAVE = 2
 /** Steps measured before the policy trusts its cost model; until then the full tree is used. */
 const WARMUP_STEPS = 12
 /** Warm-up tree sizes cycle through the full tree halved 0..5 times. */
@@ -11,6 +18,28 @@ const WARMUP_CYCLE = 6
 const PROBE_EVERY = 16
 /** Rows that do not speculate may be slowed this much by the trees of others in their step (noise). */
 const PLAIN_SLACK = 0.03
+/**
+ * Acceptance evidence fades by this factor per row verified under the key (a window of about 200
+ * walks), so a key's estimates follow its traffic (a stretch of loops, a new kind of prompt)
+ * instead of freezing after the first thousand steps. Nothing fades while the key decodes plainly.
+ */
+const ACCEPT_DECAY = 0.995
+/** Exploration asks whether a tree could pay with each node's acceptance this many standard deviations higher. */
+const OPTIMISM = 1
+/**
+ * Exploration (a heads step, then a tree step) may cost at most this share of the step-time gain
+ * it hopes for: the headless stretch between tries is the try's predicted cost over this share of
+ * the optimistic gain, so a try that costs two plain steps (batch 8) for a 10% gain waits 80.
+ */
+const EXPLORE_SHARE = 0.25
+/**
+ * A key whose trees cannot pay even optimistically still tries, as rarely as makes its tries cost
+ * this share of plain decoding (1%): the cost model may be wrong (a fit from a busy second), and
+ * only a tree step tells.
+ */
+const FLOOR_SHARE = 0.01
+/** Headless stretches between tries last `PROBE_EVERY` to this many steps. */
+const MAX_STRETCH = 1024
 /** Keys whose acceptance is remembered; the least recently used is forgotten beyond it. */
 export const DEFAULT_POLICY_KEYS = 256
 
@@ -52,6 +81,8 @@ class KeyStats {
   idlePlans = 0
   /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
   plainStreak = 0
+  /** The shape of the key's last group (heads, greedy leaf, draft depth): exploration judges with it. */
+  shape: PolicyGroup | null = null
 
   constructor(family: TreeFamily) {
     this.family = family
@@ -64,6 +95,21 @@ class KeyStats {
   /** `q(n) = (taken + 1) / (tried + 2)`: the chance the walk moves into `n` from its parent. */
   q(n: number): number {
     return (this.taken[n]! + 1) / (this.tried[n]! + 2)
+  }
+
+  /** `q(n)` plus `OPTIMISM` standard deviations of its estimate (at most 1): what the node might be worth. */
+  qUpper(n: number): number {
+    const q = this.q(n)
+    return Math.min(1, q + OPTIMISM * Math.sqrt((q * (1 - q)) / (this.tried[n]! + 2)))
+  }
+
+  /** Let earlier evidence fade (see `ACCEPT_DECAY`) before `rows` more walks are recorded. */
+  fade(rows: number): void {
+    const f = ACCEPT_DECAY ** rows
+    for (let n = 0; n < this.tried.length; n++) {
+      this.tried[n]! *= f
+      this.taken[n]! *= f
+    }
   }
 }
 
@@ -89,7 +135,8 @@ interface GroupCurve {
  *   rows learn, and a key forgotten by the LRU starts again from the prior.
  * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
  *   decode-only steps against their work `W` = tokens fed + head rows × heads, fitted as `a + b·W`
- *   by exponentially forgetting least squares. A tree row costs its nodes plus `heads` per chain
+ *   by least squares over work buckets (half octaves of `W`), each the exponentially forgetting
+ *   mean of its own steps (`DECAY`). A tree row costs its nodes plus `heads` per chain
  *   node where heads run (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
  *   rows, maximise `(P + Σ n_g·E_g(k_g)) / (a + b·(W₀ + Σ n_g·work_g(k_g)))` by coordinate ascent
@@ -100,18 +147,23 @@ interface GroupCurve {
  * - Exploration: until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree
  *   down by halves; after that every `PROBE_EVERY`-th decision of a key takes a neighbouring size.
  *   After a plain choice, Medusa rows skip their heads for a stretch that doubles with each
- *   consecutive plain decision, up to `PROBE_EVERY` steps (`wantsHeads`).
+ *   consecutive plain decision (`wantsHeads`), then draft once and try the smallest tree.
+ *   All exploration beyond plain decoding is paid for only when it might win: a tree for the
+ *   step's size must beat plain decoding with every node's acceptance `OPTIMISM` standard
+ *   deviations above its estimate (`exploration`), and the stretch between tries is the try's
+ *   predicted cost over a share of that optimistic gain (`EXPLORE_SHARE`; `FLOOR_SHARE` of plain
+ *   decoding when no tree can pay; at most `MAX_STRETCH` steps). At batch 8 on a model whose
+ *   steps cost per token, where no tree can pay, a plain key thus asks for heads and tries a
+ *   small tree once in hundreds of steps: it costs what plain decoding costs, within 1%.
+ *   Acceptance counts fade per walk (`ACCEPT_DECAY`), so the optimism narrows to recent evidence
+ *   without freezing.
  */
 export class AdaptiveTreePolicy {
   private readonly maxKeys: number
   /** Insertion order is recency order: a use moves the key to the end. */
   private readonly keys = new Map<string, KeyStats>()
-  // Weighted sums of the cost fit: Σw, Σw·x, Σw·y, Σw·x², Σw·x·y.
-  private s = 0
-  private sx = 0
-  private sy = 0
-  private sxx = 0
-  private sxy = 0
+  /** Per work bucket: forgetting sums of weight, work and milliseconds (see `DECAY`). */
+  private readonly buckets = new Map<number, { n: number; w: number; ms: number }>()
   private treeSteps = 0
 
   constructor(maxKeys = DEFAULT_POLICY_KEYS) {
@@ -156,11 +208,12 @@ export class AdaptiveTreePolicy {
     // A step the OS preempted would drag the fit for dozens of steps: cap it at 3× the model.
     const fit = this.treeSteps > WARMUP_STEPS ? this.fit() : null
     if (fit !== null) ms = Math.min(ms, 3 * (fit.a + fit.b * work))
-    this.s = this.s * DECAY + 1
-    this.sx = this.sx * DECAY + work
-    this.sy = this.sy * DECAY + ms
-    this.sxx = this.sxx * DECAY + work * work
-    this.sxy = this.sxy * DECAY + work * ms
+    const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
+    let bucket = this.buckets.get(index)
+    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0 }))
+    bucket.n = bucket.n * DECAY + 1
+    bucket.w = bucket.w * DECAY + work
+    bucket.ms = bucket.ms * DECAY + ms
   }
 
   /**
@@ -182,20 +235,71 @@ export class AdaptiveTreePolicy {
     for (const s of all) if (s.decisions % PROBE_EVERY === 0 && s.decisions > 0) this.rerank(s)
     const curves = groups.map((g, i) => this.curve(all[i]!, g))
     const ks = this.bestSizes(groups, curves, fit, otherRows, otherWork)
-    return ks.map((k, i) => this.settle(all[i]!, groups[i]!, k))
+    let rows = otherRows
+    for (const g of groups) rows += g.rows
+    return ks.map((k, i) => {
+      const s = all[i]!
+      const g = groups[i]!
+      // Exploration judges the deepest draft the key has had: the last one may have been cut short.
+      s.shape = { ...g, depth: Math.max(g.depth, s.shape?.depth ?? 0) }
+      // Exploring judges the key's rows against the rest of the step decoding plainly.
+      return this.settle(s, g, k, () => this.exploration(s, g, fit, rows - g.rows))
+    })
   }
 
   /**
    * Whether this step's plain decode rows of `key` should ask for head logits (called once per key
-   * per planned step). After a choice of plain decoding they do not, so plain decoding costs what
-   * it costs without Medusa; then one step in 2, 4, 8 and at most `PROBE_EVERY` does, doubling
-   * with each consecutive plain decision, so a draft exists and the choice is made again with
-   * fresh estimates. A young cost model's mistaken "plain" thus costs a step or two, not sixteen.
+   * per planned step; `rows` of the step's decode rows are the key's, `otherRows` are not). After a
+   * choice of plain decoding they do not, so plain decoding costs what it costs without Medusa.
+   * When a tree might pay for a step of this size (see `exploration`), one step in 2, 4, 8, ...
+   * does, doubling with each consecutive plain decision up to `PROBE_EVERY` steps for a large
+   * optimistic gain and proportionally longer for a small one, so a draft exists and the choice
+   * is made again with fresh estimates: a young cost model's mistaken "plain" costs a step or
+   * two. When no tree can pay (a large batch on a model whose steps cost per token), one step in
+   * hundreds (see `FLOOR_SHARE`).
    */
-  wantsHeads(key: string): boolean {
+  wantsHeads(key: string, rows = 1, otherRows = 0): boolean {
     const s = this.keys.get(key)
     if (s === undefined || s.lastChoice !== 0) return true
-    return ++s.idlePlans % Math.min(PROBE_EVERY, 2 ** s.plainStreak) === 0
+    const fit = this.fit()
+    let stretch = PROBE_EVERY
+    if (fit !== null && s.shape !== null) {
+      const { gain, cost } = this.exploration(s, { ...s.shape, rows }, fit, otherRows)
+      // A try may spend EXPLORE_SHARE of what it hopes to win, or FLOOR_SHARE when it hopes for nothing.
+      const share = gain > 0 ? EXPLORE_SHARE * gain : FLOOR_SHARE
+      stretch = Math.min(MAX_STRETCH, Math.max(PROBE_EVERY, Math.ceil(cost / share)))
+      // Hoping for nothing: no ramp of short stretches.
+      if (!(gain > 0)) return ++s.idlePlans % stretch === 0
+    }
+    return ++s.idlePlans % Math.min(stretch, 2 ** s.plainStreak) === 0
+  }
+
+  /**
+   * What exploring `g`'s key could win in a step with `otherRows` plain rows: the gain in the
+   * step's tokens per ms over all-plain of its best tree size with every node's acceptance
+   * optimistic (`KeyStats.qUpper`), under the same fairness bounds as `choose` (0: no tree can
+   * pay, whatever the heads' luck); `cost`: what one try (a step with the key's rows
+   * running heads, then one with the smallest tree) costs beyond two plain steps, in plain steps.
+   */
+  private exploration(
+    s: KeyStats,
+    g: PolicyGroup,
+    { a, b }: { a: number; b: number },
+    otherRows: number,
+  ): { gain: number; cost: number } {
+    const { expected, work } = this.curve(s, g, (n) => s.qUpper(n))
+    const cost0 = a + b * (otherRows + g.rows)
+    const rate0 = (otherRows + g.rows) / cost0
+    let gain = 0
+    for (let k = 1; k < expected.length; k++) {
+      const cost = a + b * (otherRows + g.rows * work[k]!)
+      if (otherRows > 0 && cost > cost0 * (1 + PLAIN_SLACK)) continue
+      if (expected[k]! * cost0 < cost) continue
+      gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
+    }
+    const headsWork = g.rows * g.heads * (g.greedyLeaf ? 1 : 1 + Math.floor(g.depth / headSpacing(g.heads, g.depth)))
+    const extra = b * (headsWork + g.rows * (work[1]! - 1))
+    return { gain, cost: extra / cost0 }
   }
 
   private stats(key: string, make: () => TreeFamily): KeyStats {
@@ -211,7 +315,7 @@ export class AdaptiveTreePolicy {
   }
 
   /** `E(k)` and per-row work of every tree size of a group's family (see the class comment). */
-  private curve(s: KeyStats, g: PolicyGroup): GroupCurve {
+  private curve(s: KeyStats, g: PolicyGroup, q: (n: number) => number = (n) => s.q(n)): GroupCurve {
     const { order } = s.family
     const full = s.family.full.tree
     const expected = new Float64Array(order.length + 1)
@@ -227,7 +331,7 @@ export class AdaptiveTreePolicy {
     let deepestChain = 0
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
-      reach[n] = reach[full.parent[n]!]! * s.q(n)
+      reach[n] = reach[full.parent[n]!]! * q(n)
       const d = full.depth[n]!
       if (d <= g.depth) {
         e += reach[n]!
@@ -318,18 +422,26 @@ export class AdaptiveTreePolicy {
     return fromAlone.rate > fromPlain.rate ? fromAlone.ks : fromPlain.ks
   }
 
-  /** Book-keeping of one key's decision: plain streaks, the retry after headless plain steps, probes. */
-  private settle(s: KeyStats, g: PolicyGroup, best: number): number {
+  /**
+   * Book-keeping of one key's decision: plain streaks, the retry after headless plain steps, probes,
+   * fading acceptance. `explore` (asked only for a plain choice) says what a tree might win.
+   */
+  private settle(s: KeyStats, g: PolicyGroup, best: number, explore: () => { gain: number }): number {
     s.plainStreak = best === 0 ? s.plainStreak + 1 : 0
-    // Back from headless plain decoding (see `wantsHeads`): try the best tree once more. A
-    // headless drafter (prompt lookup) has a draft every step: probes alone explore it.
-    if (g.heads > 0 && s.lastChoice === 0 && best === 0) best = 1
+    const chance = best === 0 ? explore() : null
+    // Back from headless plain decoding (see `wantsHeads`): try the smallest tree once (the
+    // cheapest try, and it counts the node every larger tree starts with). A headless drafter
+    // (prompt lookup) has a draft every step: probes alone explore it.
+    if (g.heads > 0 && s.lastChoice === 0 && chance !== null) best = 1
     const order = s.family.order.length
     if (++s.decisions % PROBE_EVERY === 0) {
-      // Alternate a larger and a smaller neighbour.
+      // Alternate a larger and a smaller neighbour; from plain, larger only where a tree might pay.
       const step = Math.max(1, best >> 1)
-      best = (s.decisions / PROBE_EVERY) % 2 === 1 ? Math.min(order, best + step) : Math.max(0, best - step)
+      if ((s.decisions / PROBE_EVERY) % 2 === 0) best = Math.max(0, best - step)
+      else if (best > 0) best = Math.min(order, best + step)
+      else if (chance !== null && chance.gain > 0) best = 1
     }
+    if (best > 0) s.fade(g.rows)
     s.lastChoice = best
     s.idlePlans = 0
     return best
@@ -344,9 +456,21 @@ export class AdaptiveTreePolicy {
     s.family.reorder(reach)
   }
 
-  /** `a + b·W` from the weighted sums, or null while the work values have no spread. */
+  /** `a + b·W` through the buckets' means (weighted by their samples), or null while the work values have no spread. */
   private fit(): { a: number; b: number } | null {
-    const { s, sx, sy, sxx, sxy } = this
+    let s = 0
+    let sx = 0
+    let sy = 0
+    let sxx = 0
+    let sxy = 0
+    for (const { n, w, ms } of this.buckets.values()) {
+      const x = w / n
+      s += n
+      sx += w
+      sy += ms
+      sxx += x * w
+      sxy += x * ms
+    }
     const variance = s * sxx - sx * sx
     if (s <= 0 || !(variance > 1e-9 * s * sxx)) return null
     const b = Math.max(0, (s * sxy - sx * sy) / variance)
