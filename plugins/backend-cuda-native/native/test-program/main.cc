@@ -2,8 +2,13 @@
 // each against the scalar reference, without Node. A device that cannot run here (cuda without a
 // GPU) is skipped with the factory's reason unless --require names it. Prints one table row per
 // device and seed, then each run's per-family worst errors; exits 1 on any failure.
+// With --models, part b instead (model-check.h): whole random models on the device under test
+// (the first --device, default cpu) against a baseline (--baseline, default: cpu for cuda, the
+// scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
 //
 //   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]
+//   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
+//                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +19,7 @@
 
 #include "cpu/simd-config.h"
 #include "device-factory.h"
+#include "model-check.h"
 #include "selftest/kernel-self-test.h"
 
 namespace {
@@ -22,6 +28,10 @@ struct Args {
   std::vector<uint64_t> seeds;
   std::vector<std::string> devices, required;
   int threads = 2;
+  std::string models;    // "": the kernel self-test; small | real: part b
+  std::string baseline;  // part b's baseline device ("": by the device under test)
+  std::string model;     // part b: only models whose name contains this
+  int steps = 20;
 };
 
 bool parse(int argc, char** argv, Args* a) {
@@ -37,8 +47,23 @@ bool parse(int argc, char** argv, Args* a) {
       a->devices.push_back(v);
     else if (k == "--require")
       a->required.push_back(v);
+    else if (k == "--models")
+      a->models = v;
+    else if (k == "--baseline")
+      a->baseline = v;
+    else if (k == "--model")
+      a->model = v;
+    else if (k == "--steps")
+      a->steps = std::atoi(v);
     else
       return false;
+  }
+  if (!a->models.empty()) {
+    if (a->models != "small" && a->models != "real") return false;
+    if (a->devices.empty()) a->devices = {"cpu"};
+    if (a->baseline.empty()) a->baseline = a->devices[0] == "cpu" ? "reference" : "cpu";
+    if (a->seeds.empty()) a->seeds = {1};
+    return a->threads >= 1 && a->steps >= 1 && a->devices.size() == 1 && a->baseline != a->devices[0];
   }
   if (a->seeds.empty()) a->seeds = {1, 2, 3};
   if (a->devices.empty()) {
@@ -58,16 +83,67 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
   return false;
 }
 
+// A device by name for part b: the scalar reference (a process-wide singleton), or one from the
+// factory, held in `owned`. Null with the reason printed when it cannot be made here.
+loom::Device* model_check_device(const Args& args, const std::string& name, std::unique_ptr<loom::Device>* owned) {
+  if (name == "reference") return loom::reference_device();
+  if (name == "cuda") {
+    const loom::Status usable = loom::cuda_usable();
+    if (!usable.ok()) {
+      std::printf("cuda skipped: %s\n", usable.message.c_str());
+      return nullptr;
+    }
+  }
+  const loom::Status made = loom::create_device(name, args.threads, owned);
+  if (!made.ok()) {
+    std::printf("%s: cannot create: %s\n", name.c_str(), made.message.c_str());
+    return nullptr;
+  }
+  return owned->get();
+}
+
+// Part b (--models): every model in f32 and bf16 per seed; a device that cannot run here fails
+// only when --require names it.
+int run_models(const Args& args) {
+  std::unique_ptr<loom::Device> dut_owned, base_owned;
+  loom::Device* dut = model_check_device(args, args.devices[0], &dut_owned);
+  loom::Device* base = dut ? model_check_device(args, args.baseline, &base_owned) : nullptr;
+  if (!dut || !base) {
+    const bool required = contains(args.required, args.devices[0]) || contains(args.required, args.baseline);
+    std::printf("%s\n", required ? "FAILED" : "SKIPPED");
+    return required ? 1 : 0;
+  }
+  bool ok = true;
+  for (uint64_t seed : args.seeds) {
+    loom_check::ModelCheckOptions o;
+    o.device = args.devices[0];
+    o.baseline = args.baseline;
+    o.small = args.models == "small";
+    o.threads = args.threads;
+    o.decode_steps = args.steps;
+    o.seed = seed;
+    o.filter = args.model;
+    ok = loom_check::run_model_check(o, dut, base) && ok;
+  }
+  std::printf("%s\n", ok ? "PASSED" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, &args)) {
-    std::fprintf(stderr, "usage: %s [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]\n"
+                 "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
+                 "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n",
+                 argv[0], argv[0]);
     return 2;
   }
   std::printf("loom-native-test: devices compiled in: %s; cpu kernels: %s\n", loom::compiled_devices(),
               LOOM_AVX512 ? "avx512" : "avx2");
+  if (!args.models.empty()) return run_models(args);
   std::printf("%-6s %6s %7s %9s %8s %8s  %s\n", "device", "seed", "cases", "failures", "worst", "seconds",
               "worst case");
   bool failed = false;

@@ -1,0 +1,688 @@
+// Part b of the check: random Llama, Mistral and Qwen2 models run through LlamaModel on two devices
+// side by side. Per model and weight dtype (f32, bf16):
+//   1. weights are generated from the seed and written as a real safetensors file in a temp folder,
+//      which both devices load (LlamaModel::load reads it through runtime/weights);
+//   2. both models get the same adapters: LoRA ranks 8 (every module) and 16 (q, v, o only) and
+//      three Medusa heads (one block, the base lm_head);
+//   3. one batch of five rows -- base, LoRA r8, LoRA r16, a Medusa tree row walked on the device
+//      (greedy leaf) and a LoRA r8 + Medusa tree row with heads at every node -- is prefilled and
+//      decoded for N steps. The baseline's greedy choices drive every row (so both devices see the
+//      same tokens); tree rows accept a greedy path, compact their KV with kv copies and draft the
+//      next tree from the heads and from an oracle (the row's plain greedy continuation, computed
+//      first on the device under test) so paths of every length get accepted;
+//   4. every row is also run alone on the device under test, on its own KV blocks.
+// Compared: logits and Medusa logits, device vs baseline (worst |x-ref|/(atol+rtol|ref|), bound
+// per dtype and pair); greedy tokens and device greedy-leaf nodes (a mismatch passes only as a
+// near-tie: both tokens' baseline logits within the bound); each row alone vs in the batch (same
+// bound, same greedy tokens); Device::sample on both devices: on the same (baseline) logits the
+// tokens must be identical, on each device's own logits the matches are reported.
+#include "model-check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "model/llama-model.h"
+#include "runtime/device-buffer.h"
+
+namespace loom_check {
+namespace {
+
+using loom::Device;
+using loom::DType;
+using loom::ModelConfig;
+using loom::Status;
+
+// The standard's 64-bit Mersenne Twister: its output is fixed by the standard, so the same seed
+// gives the same models on every platform (the distributions of <random> are not, hence uniform).
+struct Rng {
+  std::mt19937_64 gen;
+  explicit Rng(uint64_t seed) : gen(seed) {}
+  uint64_t next() { return gen(); }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) / float(1ull << 24); }
+  std::vector<float> vec(size_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = uniform(-scale, scale);
+    return v;
+  }
+};
+
+// FNV-1a of a tensor name: each tensor's values depend on the seed and its name only.
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+struct ModelSpec {
+  const char* name;
+  ModelConfig cfg;
+};
+
+ModelConfig config(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, int64_t kv_heads,
+                   int64_t head_dim) {
+  ModelConfig c;
+  c.vocab = vocab, c.hidden = hidden, c.intermediate = inter, c.layers = layers;
+  c.heads = heads, c.kv_heads = kv_heads, c.head_dim = head_dim, c.max_positions = 4096;
+  return c;
+}
+
+// Each architecture with its own config traits: Llama 3 (llama3 RoPE scaling, theta 500000, tied
+// embeddings as Llama 3.2), Mistral (theta 1e6, eps 1e-5, own lm_head, GQA 8), Qwen2 (q/k/v
+// biases, theta 1e6, tied, no GQA). Small shapes keep the scalar reference fast.
+std::vector<ModelSpec> model_specs(bool small) {
+  ModelSpec llama{"llama", small ? config(2048, 256, 512, 2, 4, 1, 64) : config(8192, 512, 1536, 4, 8, 2, 64)};
+  llama.cfg.rope_theta = 500000.0;
+  llama.cfg.rope_scaling = loom::RopeScaling::Llama3;
+  llama.cfg.rope_factor = 8.0, llama.cfg.rope_low_freq = 1.0, llama.cfg.rope_high_freq = 4.0;
+  llama.cfg.rope_original_max = 8192.0;
+  llama.cfg.rms_eps = 1e-5f;
+  llama.cfg.tie_embeddings = true;
+  ModelSpec mistral{"mistral", small ? config(2000, 256, 768, 2, 8, 1, 32) : config(6000, 512, 1792, 4, 8, 1, 64)};
+  mistral.cfg.rope_theta = 1e6;
+  mistral.cfg.rms_eps = 1e-5f;
+  ModelSpec qwen2{"qwen2", small ? config(3000, 256, 704, 2, 4, 4, 64) : config(5000, 384, 1024, 3, 6, 6, 64)};
+  qwen2.cfg.rope_theta = 1e6;
+  qwen2.cfg.rms_eps = 1e-6f;
+  qwen2.cfg.attention_bias = true;
+  qwen2.cfg.tie_embeddings = true;
+  return {llama, mistral, qwen2};
+}
+
+// ---- Weights: a safetensors file ----
+
+struct HostTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+std::vector<HostTensor> make_weights(const ModelConfig& c, uint64_t seed) {
+  const int64_t H = c.hidden, I = c.intermediate, QD = c.heads * c.head_dim, KD = c.kv_heads * c.head_dim;
+  std::vector<HostTensor> ts;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    Rng rng(seed ^ name_hash(name));
+    HostTensor t{name, std::move(shape), rng.vec(size_t(n), scale)};
+    for (auto& v : t.values) v += offset;
+    ts.push_back(std::move(t));
+  };
+  // Uniform(-s, s) with s = sqrt(3 / fan_in) keeps unit variance through a projection; the
+  // embedding's scale makes the (tied) logits spread over a few units, so greedy choices are
+  // rarely near-ties.
+  const float emb = 4.0f / std::sqrt(float(H));
+  add("model.embed_tokens.weight", {c.vocab, H}, emb);
+  if (!c.tie_embeddings) add("lm_head.weight", {c.vocab, H}, emb);
+  add("model.norm.weight", {H}, 0.2f, 1.0f);
+  for (int64_t l = 0; l < c.layers; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const float sh = std::sqrt(3.0f / float(H)), sq = std::sqrt(3.0f / float(QD)), si = std::sqrt(3.0f / float(I));
+    add(p + "self_attn.q_proj.weight", {QD, H}, sh);
+    add(p + "self_attn.k_proj.weight", {KD, H}, sh);
+    add(p + "self_attn.v_proj.weight", {KD, H}, sh);
+    add(p + "self_attn.o_proj.weight", {H, QD}, 0.5f * sq);
+    add(p + "mlp.gate_proj.weight", {I, H}, sh);
+    add(p + "mlp.up_proj.weight", {I, H}, sh);
+    add(p + "mlp.down_proj.weight", {H, I}, 0.5f * si);
+    add(p + "input_layernorm.weight", {H}, 0.2f, 1.0f);
+    add(p + "post_attention_layernorm.weight", {H}, 0.2f, 1.0f);
+    if (c.attention_bias) {
+      add(p + "self_attn.q_proj.bias", {QD}, 0.5f);
+      add(p + "self_attn.k_proj.bias", {KD}, 0.5f);
+      add(p + "self_attn.v_proj.bias", {KD}, 0.5f);
+    }
+  }
+  return ts;
+}
+
+// Writes `ts` in `dt` (f32 or bf16) as a safetensors file (8-byte little-endian header length,
+// JSON header, data) and returns the tensor table LlamaModel::load takes. The header is padded
+// with spaces so the data starts 64-byte aligned.
+Status write_safetensors(const std::string& path, const std::vector<HostTensor>& ts, DType dt,
+                         std::vector<loom::TensorDesc>* table) {
+  const int64_t es = loom::dtype_size(dt);
+  std::string header = "{";
+  int64_t off = 0;
+  for (size_t i = 0; i < ts.size(); i++) {
+    const int64_t bytes = int64_t(ts[i].values.size()) * es;
+    header += (i ? "," : "") + std::string("\"") + ts[i].name + "\":{\"dtype\":\"" +
+              (dt == DType::F32 ? "F32" : "BF16") + "\",\"shape\":[";
+    for (size_t d = 0; d < ts[i].shape.size(); d++) header += (d ? "," : "") + std::to_string(ts[i].shape[d]);
+    header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + bytes) + "]}";
+    off += bytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % 64 != 0) header += ' ';
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return Status::Error("native_error", "cannot write " + path);
+  uint64_t len = header.size();
+  bool ok = std::fwrite(&len, 8, 1, f) == 1 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  int64_t at = 8 + int64_t(header.size());
+  for (const HostTensor& t : ts) {
+    table->push_back({t.name, 0, at, int64_t(t.values.size()) * es, dt, t.shape});
+    if (dt == DType::F32) {
+      ok = ok && std::fwrite(t.values.data(), 4, t.values.size(), f) == t.values.size();
+    } else {
+      std::vector<uint16_t> h(t.values.size());
+      for (size_t i = 0; i < h.size(); i++) h[i] = loom::f32_to_bf16(t.values[i]);
+      ok = ok && std::fwrite(h.data(), 2, h.size(), f) == h.size();
+    }
+    at += int64_t(t.values.size()) * es;
+  }
+  ok = std::fclose(f) == 0 && ok;
+  return ok ? Status::Ok() : Status::Error("native_error", "short write to " + path);
+}
+
+// ---- Adapters ----
+
+struct LoraHost {
+  std::vector<std::vector<float>> a, b;  // per module entry
+  std::vector<loom::LoraModuleInput> modules;
+};
+
+// A random adapter of `rank` on the listed modules of every layer, scale alpha/r = 2.
+void make_lora(const ModelConfig& c, int rank, const std::vector<int>& mods, uint64_t seed, LoraHost* out) {
+  const int64_t H = c.hidden, I = c.intermediate, QD = c.heads * c.head_dim, KD = c.kv_heads * c.head_dim;
+  const int64_t in_f[loom::kNumLoraModules] = {H, H, H, QD, H, H, I};
+  const int64_t out_f[loom::kNumLoraModules] = {QD, KD, KD, H, I, I, H};
+  Rng rng(seed);
+  for (int64_t l = 0; l < c.layers; l++)
+    for (int m : mods) {
+      out->a.push_back(rng.vec(size_t(rank * in_f[m]), std::sqrt(3.0f / float(in_f[m]))));
+      out->b.push_back(rng.vec(size_t(out_f[m] * rank), 0.5f * std::sqrt(3.0f / float(rank))));
+    }
+  size_t k = 0;
+  for (int64_t l = 0; l < c.layers; l++)
+    for (int m : mods) {
+      out->modules.push_back({int32_t(l), m, rank, 2.0f, out->a[k].data(), out->b[k].data()});
+      k++;
+    }
+}
+
+struct MedusaHost {
+  std::vector<std::vector<float>> w, b;
+  std::vector<loom::MedusaHeadInput> heads;
+};
+
+void make_medusa(const ModelConfig& c, int nheads, uint64_t seed, MedusaHost* out) {
+  Rng rng(seed);
+  const int64_t H = c.hidden;
+  for (int h = 0; h < nheads; h++) {
+    out->w.push_back(rng.vec(size_t(H * H), std::sqrt(3.0f / float(H))));
+    out->b.push_back(rng.vec(size_t(H), 0.3f));
+  }
+  for (int h = 0; h < nheads; h++) out->heads.push_back({{out->w[size_t(h)].data()}, {out->b[size_t(h)].data()}, nullptr});
+}
+
+// ---- Rows and steps ----
+
+constexpr int kSlotLora8 = 0, kSlotLora16 = 1, kSlotMedusa = 2, kHeads = 3;
+constexpr int kBlockSize = 16, kBlocksPerSeq = 10;
+// The draft tree of a Medusa row: node 0 is the root (the last accepted token), nodes 1 and 2
+// its children, 3 and 4 children of 1, 5 a child of 3.
+const std::vector<int32_t> kTreeParents = {-1, 0, 0, 1, 1, 3};
+
+enum class Mode { kPlain, kTreeLeaf, kTreeAll };
+
+// One sequence of the batch. The state (tokens fed, committed length, drafts) is shared by every
+// place the row runs; only the KV blocks differ (`blocks[lane]`: 0 in the batch, 1 alone).
+struct Seq {
+  const char* kind;
+  int lora = -1, medusa = -1;
+  Mode mode = Mode::kPlain;
+  std::vector<int32_t> prompt, feed, parents;  // parents: empty for a chain (causal)
+  int32_t cache_len = 0;
+  std::vector<int32_t> out;       // tokens produced so far (the greedy continuation)
+  std::vector<int32_t> copy_from, copy_to;  // KV compaction to apply at the next step
+  std::vector<int32_t> oracle;    // the plain greedy continuation of the prompt
+  std::vector<int32_t> blocks[2];
+};
+
+// One row's step inputs and where its outputs land; the storage stays put while the step runs.
+struct RowIO {
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> logit_idx, medusa_idx;
+  int64_t logit_row = 0, medusa_row = 0;  // first logits / Medusa logits row of this row
+};
+
+struct StepResult {
+  std::vector<float> logits, medusa;
+  std::vector<int32_t> leaves;
+  std::vector<RowIO> io;
+};
+
+int32_t depth(const std::vector<int32_t>& parents, int i) {
+  int d = 0;
+  for (int j = i; parents[size_t(j)] >= 0; j = parents[size_t(j)]) d++;
+  return d;
+}
+
+// The engine's greedy choice: first maximum, NaN never chosen.
+int32_t argmax(const float* x, int64_t V) {
+  int32_t best = -1;
+  float m = -INFINITY;
+  for (int64_t i = 0; i < V; i++)
+    if (x[i] > m) m = x[i], best = int32_t(i);
+  return best;
+}
+
+std::vector<int32_t> top2(const float* x, int64_t V) {
+  int32_t a = argmax(x, V), b = -1;
+  for (int64_t i = 0; i < V; i++)
+    if (i != a && (b < 0 || x[i] > x[b])) b = int32_t(i);
+  return {a, b};
+}
+
+// Run one step of `seqs` on `model` using KV lane `lane`; `prefill` feeds the prompts.
+Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, StepResult* r) {
+  const int64_t V = model->config().vocab;
+  loom::StepInput in;
+  std::vector<int32_t> tokens, positions;
+  r->io.assign(seqs.size(), RowIO{});
+  int64_t nlog = 0, nmed = 0;
+  bool leaf = false;
+  for (size_t k = 0; k < seqs.size(); k++) {
+    Seq& s = *seqs[k];
+    RowIO& io = r->io[k];
+    const int n = int(s.feed.size());
+    loom::StepRowDesc row{};
+    row.tok_start = int32_t(tokens.size());
+    row.n = n;
+    row.cache_len = s.cache_len;
+    row.lora_slot = s.lora;
+    row.medusa_slot = s.medusa;
+    row.block_table = s.blocks[lane].data();
+    row.num_blocks = int32_t(s.blocks[lane].size());
+    for (int i = 0; i < n; i++) {
+      tokens.push_back(s.feed[size_t(i)]);
+      positions.push_back(s.cache_len + (s.parents.empty() ? i : depth(s.parents, i)));
+    }
+    if (!s.parents.empty()) {
+      io.mask.assign(size_t(n * n), 0);
+      for (int i = 0; i < n; i++)
+        for (int j = i; j >= 0; j = s.parents[size_t(j)]) io.mask[size_t(i * n + j)] = 1;
+      row.tree_mask = io.mask.data();
+    }
+    for (int i = 0; i < n; i++) io.logit_idx.push_back(i);  // every token's logits: more to compare
+    row.logit_idx = io.logit_idx.data();
+    row.logit_count = n;
+    io.logit_row = nlog;
+    nlog += n;
+    io.medusa_row = nmed;
+    if (s.medusa >= 0) {
+      if (s.parents.empty()) {
+        io.medusa_idx = {n - 1};  // prefill: heads at the last prompt token
+      } else if (s.mode == Mode::kTreeAll) {
+        for (int i = 0; i < n; i++) io.medusa_idx.push_back(i);
+      } else {
+        row.medusa_leaf = true;  // the device walks the tree and runs the heads at its leaf
+        leaf = true;
+      }
+      row.medusa_idx = io.medusa_idx.data();
+      row.medusa_count = int32_t(io.medusa_idx.size());
+      nmed += (row.medusa_leaf ? 1 : row.medusa_count) * kHeads;
+    }
+    in.rows.push_back(row);
+    if (!s.copy_from.empty())
+      in.copies.push_back({s.blocks[lane].data(), int32_t(s.blocks[lane].size()), s.copy_from.data(),
+                           s.copy_to.data(), int32_t(s.copy_from.size())});
+  }
+  in.tokens = tokens.data();
+  in.positions = positions.data();
+  in.num_tokens = int32_t(tokens.size());
+  r->logits.assign(size_t(nlog * V), 0.0f);
+  r->medusa.assign(size_t(nmed * V), 0.0f);
+  in.logits = r->logits.data();
+  in.logits_len = int64_t(r->logits.size());
+  in.medusa_logits = r->medusa.data();
+  in.medusa_len = int64_t(r->medusa.size());
+  r->leaves.assign(seqs.size(), -2);
+  if (leaf) {
+    in.medusa_leaves = r->leaves.data();
+    in.medusa_leaves_len = int64_t(r->leaves.size());
+  }
+  return model->step(in);
+}
+
+// After a step (decided on the baseline's outputs `r`): commit each row's accepted tokens, queue
+// its KV compaction and feed the next step (the bonus token, and a fresh draft tree for tree rows).
+// Returns each row's leaf node (0 for chains), which the device's greedy leaf must match.
+std::vector<int32_t> advance(std::vector<Seq*>& seqs, const StepResult& r, int64_t V, int step) {
+  std::vector<int32_t> leaves;
+  for (size_t k = 0; k < seqs.size(); k++) {
+    Seq& s = *seqs[k];
+    const RowIO& io = r.io[k];
+    const int n = int(s.feed.size());
+    auto am = [&](int node) { return argmax(&r.logits[size_t((io.logit_row + node) * V)], V); };
+    std::vector<int32_t> path = {0};
+    if (s.parents.empty()) {
+      path = {n - 1};
+    } else {
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int c = path.back() + 1; c < n; c++)
+          if (s.parents[size_t(c)] == path.back() && s.feed[size_t(c)] == am(path.back())) {
+            path.push_back(c);
+            moved = true;
+            break;
+          }
+      }
+    }
+    const int leaf = path.back();
+    leaves.push_back(leaf);
+    s.copy_from.clear();
+    s.copy_to.clear();
+    if (s.parents.empty()) {
+      s.cache_len += n;
+    } else {
+      for (size_t i = 1; i < path.size(); i++) {
+        s.out.push_back(s.feed[size_t(path[i])]);
+        if (path[i] != int(i)) s.copy_from.push_back(s.cache_len + path[i]), s.copy_to.push_back(s.cache_len + int(i));
+      }
+      s.cache_len += int32_t(path.size());
+    }
+    const int32_t bonus = am(leaf);
+    s.out.push_back(bonus);
+    s.feed = {bonus};
+    if (s.medusa < 0) continue;
+    // Draft: the heads' two best at depths 1 and 2, head 2's best at depth 3, where the Medusa
+    // logits of the leaf are (one block per head). While the row still follows its oracle, some
+    // nodes take the oracle's tokens so accepted paths of length 0..3 all occur.
+    const float* heads = nullptr;
+    if (s.parents.empty() || s.mode == Mode::kTreeLeaf)
+      heads = &r.medusa[size_t(io.medusa_row * V)];
+    else
+      heads = &r.medusa[size_t((io.medusa_row + int64_t(leaf) * kHeads) * V)];
+    std::vector<int32_t> h0 = top2(heads, V), h1 = top2(heads + V, V), h2 = top2(heads + 2 * V, V);
+    std::vector<int32_t> draft = {bonus, h0[0], h0[1], h1[0], h1[1], h2[0]};
+    const size_t q = s.out.size();  // the oracle's next tokens are oracle[q], oracle[q+1], ...
+    const bool on_track = s.oracle.size() >= q + 3 && std::equal(s.out.begin(), s.out.end(), s.oracle.begin());
+    if (on_track && step % 5 != 4) {
+      const int pattern = step % 4;
+      draft[pattern == 2 ? 2 : 1] = s.oracle[q];              // depth 1 (second child on pattern 2)
+      if (pattern != 1 && pattern != 2) draft[3] = s.oracle[q + 1];  // depth 2
+      if (pattern == 0) draft[5] = s.oracle[q + 2];                   // depth 3
+    }
+    s.feed = draft;
+    s.parents = kTreeParents;
+  }
+  return leaves;
+}
+
+// ---- Comparison ----
+
+struct Tolerance {
+  double atol, rtol;
+};
+
+// Worst |x - ref| / (atol + rtol |ref|) over n values (a non-finite x is a failure).
+double worst_ratio(const float* x, const float* ref, size_t n, Tolerance t) {
+  double w = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double r = std::isfinite(x[i]) ? std::fabs(double(x[i]) - ref[i]) / (t.atol + t.rtol * std::fabs(double(ref[i])))
+                                         : 1e30;
+    w = std::max(w, r);
+  }
+  return w;
+}
+
+// Greedy tokens of logits rows: exact matches, and mismatches that are near-ties (the baseline
+// scores both tokens within the bound of each other).
+struct TokenCount {
+  int64_t total = 0, same = 0, ties = 0;
+  bool ok() const { return same + ties == total; }
+  std::string text() const {
+    std::string s = std::to_string(same) + "/" + std::to_string(total);
+    if (ties) s += " (" + std::to_string(ties) + " tie" + (ties > 1 ? "s" : "") + ")";
+    return s;
+  }
+};
+
+void count_greedy(const float* x, const float* ref, int64_t rows, int64_t V, Tolerance t, TokenCount* c) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float* a = x + r * V;
+    const float* b = ref + r * V;
+    const int32_t ia = argmax(a, V), ib = argmax(b, V);
+    c->total++;
+    if (ia == ib)
+      c->same++;
+    else if (ia >= 0 && ib >= 0 && std::fabs(double(b[ib]) - b[ia]) <= 2 * (t.atol + t.rtol * std::fabs(double(b[ib]))))
+      c->ties++;
+  }
+}
+
+// Device::sample on every logits row of `logits` (host [rows, V]) on `dev`: seeded nucleus
+// sampling, one stream per row, `draws` already made.
+Status sample_rows(Device* dev, const std::vector<float>& logits, int64_t V, uint64_t draws, std::vector<int32_t>* out) {
+  const int rows = int(int64_t(logits.size()) / V);
+  if (rows == 0) return Status::Ok();
+  std::vector<loom::SampleParams> ps(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; r++) {
+    loom::SampleParams& p = ps[size_t(r)];
+    p.row = r;
+    p.temperature = r % 3 == 0 ? 0.7 : 1.0;
+    p.top_k = r % 2 ? 40 : 0;
+    p.top_p = 0.95;
+    p.seed = 1000 + uint64_t(r);
+    p.draws = draws;
+  }
+  loom::DeviceBuffer<float> x, lp, tlp;
+  loom::DeviceBuffer<int32_t> tok, tid;
+  loom::DeviceBuffer<uint8_t> scratch;
+  LOOM_RETURN_IF_ERROR(x.allocate(dev, int64_t(logits.size()), "logits"));
+  LOOM_RETURN_IF_ERROR(tok.allocate(dev, rows, "tokens"));
+  LOOM_RETURN_IF_ERROR(lp.allocate(dev, rows, "logprobs"));
+  LOOM_RETURN_IF_ERROR(tid.allocate(dev, rows, "top ids"));
+  LOOM_RETURN_IF_ERROR(tlp.allocate(dev, rows, "top logprobs"));
+  LOOM_RETURN_IF_ERROR(scratch.allocate(dev, rows * loom::sample_row_scratch_bytes(V), "sampler scratch"));
+  dev->upload(x.data(), logits.data(), x.bytes());
+  dev->sample(x.data(), V, V, ps.data(), rows, 1, tok.data(), lp.data(), tid.data(), tlp.data(), scratch.data());
+  out->assign(size_t(rows), -2);
+  dev->download(out->data(), tok.data(), tok.bytes());
+  return dev->synchronize();
+}
+
+struct RunResult {
+  double worst = 0, solo_worst = 0;
+  TokenCount greedy, solo, sampled_same_logits, sampled_own_logits;
+  int64_t tree_steps = 0, tree_accepted = 0;  // tree-row decode steps and draft tokens they accepted
+  bool medusa_plain = true;                   // every tree row's output equals its plain greedy one
+  std::string error;
+  double seconds = 0;
+};
+
+std::string temp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string tmpl = std::string(t && *t ? t : "/tmp") + "/loom-model-check.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  return mkdtemp(buf.data()) ? std::string(buf.data()) : std::string();
+}
+
+Tolerance tolerance(Device* dut, Device* base, DType dt) {
+  // Both devices with f32 KV (cpu, reference): only the summation order differs.
+  if (dut->kv_dtype() == DType::F32 && base->kv_dtype() == DType::F32) return {2e-3, 2e-3};
+  // The cuda device keeps K/V in f16 (an 11-bit significand) and its tensor-core GEMM splits the
+  // f32 activations into two 16-bit halves; 16-bit weights add their own products' rounding.
+  // First estimates, to be calibrated on the first GPU run (the worst ratio is printed).
+  return dt == DType::F32 ? Tolerance{1e-2, 1e-2} : Tolerance{2e-2, 2e-2};
+}
+
+RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt, Device* dut, Device* base) {
+  RunResult res;
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig& c = spec.cfg;
+  const int64_t V = c.vocab;
+  const Tolerance tol = tolerance(dut, base, dt);
+  const std::string dir = temp_dir();
+  if (dir.empty()) return res.error = "cannot create a temp folder", res;
+  const std::string file = dir + "/model.safetensors";
+  std::vector<loom::TensorDesc> table;
+  Status st = write_safetensors(file, make_weights(c, opt.seed * 7919 + name_hash(spec.name)), dt, &table);
+
+  loom::RuntimeOptions ro;
+  ro.threads = opt.threads;
+  ro.kv_blocks = 12 * kBlocksPerSeq;
+  ro.kv_block_size = kBlockSize;
+  ro.max_batch_tokens = 96;
+  ro.adapter_slots = 3;
+  ro.max_lora_rank = 16;
+  loom::LlamaModel dmodel(dut, c, ro), bmodel(base, c, ro);
+  LoraHost l8, l16;
+  MedusaHost med;
+  make_lora(c, 8, {loom::kQ, loom::kK, loom::kV, loom::kO, loom::kGate, loom::kUp, loom::kDown}, opt.seed * 31 + 1, &l8);
+  make_lora(c, 16, {loom::kQ, loom::kV, loom::kO}, opt.seed * 31 + 2, &l16);
+  make_medusa(c, kHeads, opt.seed * 31 + 3, &med);
+  for (loom::LlamaModel* m : {&dmodel, &bmodel}) {
+    if (st.ok()) st = m->load({file}, table);
+    if (st.ok()) st = m->load_lora(kSlotLora8, l8.modules);
+    if (st.ok()) st = m->load_lora(kSlotLora16, l16.modules);
+    if (st.ok()) st = m->load_medusa(kSlotMedusa, 1, med.heads);
+  }
+  unlink(file.c_str());  // mapped: the data stays until the models go
+  rmdir(dir.c_str());
+  if (!st.ok()) return res.error = st.code + ": " + st.message, res;
+
+  // The batch: base, LoRA r8, LoRA r16 (prompt across a block boundary), a Medusa tree row
+  // walked on the device, a LoRA r8 Medusa row with heads at every node.
+  Rng prng(opt.seed * 131 + name_hash(spec.name));
+  std::vector<Seq> seqs = {{"base"}, {"lora8"}, {"lora16"}, {"medusa-leaf"}, {"lora8+medusa"}};
+  const int prompt_len[] = {13, 9, 21, 7, 10};
+  seqs[1].lora = seqs[4].lora = kSlotLora8;
+  seqs[2].lora = kSlotLora16;
+  seqs[3].medusa = seqs[4].medusa = kSlotMedusa;
+  seqs[3].mode = Mode::kTreeLeaf;
+  seqs[4].mode = Mode::kTreeAll;
+  int next_block = 0;
+  for (size_t k = 0; k < seqs.size(); k++) {
+    for (int i = 0; i < prompt_len[k]; i++) seqs[k].prompt.push_back(int32_t(prng.next() % uint64_t(V)));
+    for (auto& lane : seqs[k].blocks)
+      for (int b = 0; b < kBlocksPerSeq; b++) lane.push_back(next_block++);
+    seqs[k].feed = seqs[k].prompt;
+  }
+
+  // Oracle: each Medusa row's plain greedy continuation on the baseline, which also drives the
+  // batch, so a tree row's output must equal it (Medusa greedy is plain greedy). Lane 1's blocks,
+  // before the solo runs use them.
+  for (int k : {3, 4}) {
+    Seq o = seqs[size_t(k)];
+    o.medusa = -1;
+    std::vector<Seq*> one = {&o};
+    StepResult r;
+    const int len = 4 * opt.decode_steps + 8;
+    while (st.ok() && int(o.out.size()) < len) {
+      st = run_step(&bmodel, one, 1, &r);
+      if (st.ok()) advance(one, r, V, 0);
+    }
+    seqs[size_t(k)].oracle = o.out;
+  }
+  if (!st.ok()) return res.error = "oracle: " + st.message, res;
+
+  std::vector<Seq*> all;
+  for (auto& s : seqs) all.push_back(&s);
+  std::vector<int32_t> sampled_d, sampled_b, sampled_db;
+  for (int step = 0; step <= opt.decode_steps && st.ok(); step++) {
+    StepResult rd, rb;
+    st = run_step(&dmodel, all, 0, &rd);
+    if (st.ok()) st = run_step(&bmodel, all, 0, &rb);
+    if (!st.ok()) break;
+    res.worst = std::max(res.worst, worst_ratio(rd.logits.data(), rb.logits.data(), rb.logits.size(), tol));
+    res.worst = std::max(res.worst, worst_ratio(rd.medusa.data(), rb.medusa.data(), rb.medusa.size(), tol));
+    count_greedy(rd.logits.data(), rb.logits.data(), int64_t(rb.logits.size()) / V, V, tol, &res.greedy);
+    // Each row alone on the device under test (its own blocks), against its batched self.
+    for (size_t k = 0; k < all.size() && st.ok(); k++) {
+      std::vector<Seq*> one = {all[k]};
+      StepResult rs;
+      st = run_step(&dmodel, one, 1, &rs);
+      if (!st.ok()) break;
+      const RowIO& io = rd.io[k];
+      const float* bl = &rd.logits[size_t(io.logit_row * V)];
+      res.solo_worst = std::max(res.solo_worst, worst_ratio(rs.logits.data(), bl, rs.logits.size(), tol));
+      const float* bm = rd.medusa.data() + io.medusa_row * V;
+      res.solo_worst = std::max(res.solo_worst, worst_ratio(rs.medusa.data(), bm, rs.medusa.size(), tol));
+      count_greedy(rs.logits.data(), bl, int64_t(rs.logits.size()) / V, V, tol, &res.solo);
+      if (rs.leaves[0] != -2) {
+        res.solo.total++;
+        res.solo.same += rs.leaves[0] == rd.leaves[k];
+      }
+    }
+    // Seeded sampling: the same logits give the same tokens on both devices; each device's own
+    // logits usually do too (a differing token is a logits difference within the bound).
+    if (st.ok()) st = sample_rows(dut, rb.logits, V, uint64_t(step), &sampled_db);
+    if (st.ok()) st = sample_rows(base, rb.logits, V, uint64_t(step), &sampled_b);
+    if (st.ok()) st = sample_rows(dut, rd.logits, V, uint64_t(step), &sampled_d);
+    for (size_t i = 0; i < sampled_b.size() && st.ok(); i++) {
+      res.sampled_same_logits.total++, res.sampled_own_logits.total++;
+      res.sampled_same_logits.same += sampled_db[i] == sampled_b[i];
+      res.sampled_own_logits.same += sampled_d[i] == sampled_b[i];
+    }
+    if (!st.ok()) break;
+    std::vector<bool> tree, walked;  // tree rows; those whose leaf the devices found (greedy leaf)
+    for (const Seq* s : all) {
+      tree.push_back(!s->parents.empty());
+      walked.push_back(s->mode == Mode::kTreeLeaf && !s->parents.empty());
+    }
+    const std::vector<int32_t> leaves = advance(all, rb, V, step);
+    for (size_t k = 0; k < all.size(); k++)
+      if (tree[k]) res.tree_steps++, res.tree_accepted += depth(kTreeParents, leaves[k]);
+    // The devices' own greedy-leaf walks: the leaf the baseline's argmax gives.
+    for (size_t k = 0; k < all.size(); k++)
+      if (walked[k]) {
+        res.greedy.total += 2;
+        res.greedy.same += (rb.leaves[k] == leaves[k]) + (rd.leaves[k] == leaves[k]);
+      }
+  }
+  for (const Seq& s : seqs)
+    if (s.medusa >= 0)
+      res.medusa_plain = res.medusa_plain && s.oracle.size() >= s.out.size() &&
+                         std::equal(s.out.begin(), s.out.end(), s.oracle.begin());
+  if (!st.ok()) res.error = st.code + ": " + st.message;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace
+
+bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
+  const std::string pair = std::string(dut->name()) + " vs " + base->name();
+  std::printf("b. whole models (%s shapes), prefill + %d decode steps, rows: base, lora r8, lora r16, medusa "
+              "tree (device greedy leaf), lora r8 + medusa tree (heads at every node); seed %llu\n",
+              opt.small ? "small" : "real", opt.decode_steps, static_cast<unsigned long long>(opt.seed));
+  std::printf("%-8s %-5s %-17s %6s %-13s %6s %-13s %-16s %-11s %5s  %s\n", "model", "dtype", "devices", "worst",
+              "greedy", "solo", "solo greedy", "sampled same/own", "tree acc/=", "secs", "result");
+  bool all_ok = true;
+  for (const ModelSpec& spec : model_specs(opt.small)) {
+    if (!opt.filter.empty() && std::string(spec.name).find(opt.filter) == std::string::npos) continue;
+    for (DType dt : {DType::F32, DType::BF16}) {
+      const RunResult r = run_one(opt, spec, dt, dut, base);
+      const bool ok = r.error.empty() && r.worst <= 1.0 && r.solo_worst <= 1.0 && r.greedy.ok() && r.solo.ok() &&
+                      r.sampled_same_logits.same == r.sampled_same_logits.total && r.greedy.total > 0 &&
+                      r.medusa_plain;
+      char tree[48];
+      std::snprintf(tree, sizeof tree, "%.2f %s", r.tree_steps ? double(r.tree_accepted) / double(r.tree_steps) : 0.0,
+                    r.medusa_plain ? "yes" : "NO");
+      all_ok = all_ok && ok;
+      const std::string sampled = std::to_string(r.sampled_same_logits.same) + "/" +
+                                  std::to_string(r.sampled_own_logits.same) + " of " +
+                                  std::to_string(r.sampled_same_logits.total);
+      std::printf("%-8s %-5s %-17s %6.3f %-13s %6.3f %-13s %-16s %-11s %5.1f  %s%s\n", spec.name,
+                  dt == DType::F32 ? "f32" : "bf16", pair.c_str(), r.worst, r.greedy.text().c_str(), r.solo_worst,
+                  r.solo.text().c_str(), sampled.c_str(), tree, r.seconds, ok ? "ok" : "FAIL",
+                  r.error.empty() ? "" : (" (" + r.error + ")").c_str());
+      std::fflush(stdout);
+    }
+  }
+  return all_ok;
+}
+
+}  // namespace loom_check
