@@ -9,7 +9,8 @@
 //      decoded for N steps. The baseline's greedy choices drive every row (so both devices see the
 //      same tokens); tree rows accept a greedy path, compact their KV with kv copies and draft the
 //      next tree from the heads and from an oracle (the row's plain greedy continuation, computed
-//      first on the device under test) so paths of every length get accepted;
+//      first on the baseline) so paths of every length get accepted, and a tree row's output must
+//      equal that continuation (Medusa greedy is plain greedy);
 //   4. every row is also run alone on the device under test, on its own KV blocks.
 // Compared: logits and Medusa logits, device vs baseline (worst |x-ref|/(atol+rtol|ref|), bound
 // per dtype and pair); greedy tokens and device greedy-leaf nodes (a mismatch passes only as a
@@ -283,7 +284,7 @@ std::vector<int32_t> top2(const float* x, int64_t V) {
   return {a, b};
 }
 
-// Run one step of `seqs` on `model` using KV lane `lane`; `prefill` feeds the prompts.
+// Run one step of `seqs` (each feeding its `feed` tokens) on `model` in KV lane `lane`.
 Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, StepResult* r) {
   const int64_t V = model->config().vocab;
   loom::StepInput in;
