@@ -3,11 +3,16 @@ import type { SubTree, TreeFamily } from './tree-family.ts'
 
 /**
  * Cost samples of a work bucket forgotten at this rate per new sample in the same bucket (an
- * effective window of ~50 steps of that size). Buckets forget only their own samples: a long
- * stretch of plain batch-8 steps refines what such a step costs and leaves what the last tree
- * steps cost in place, so the slope of the fit does not decay into noise while nothing varies.
+ * effective window of ~50 steps of that size), and the bucket's weight in the fit at this rate per
+ * step since its last sample, down to `MIN_RECENCY`. Buckets forget only their own samples: a long
+ * stretch of plain batch-8 steps refines what such a step costs and leaves the last tree steps'
+ * mean in place, so the slope of the fit does not decay into noise while nothing varies; and the
+ * recent buckets weigh most, so the fit follows the sizes the steps have now (a step's cost is not
+ * linear from 1 to 300 units of work: a batch-1 decision needs the slope of small steps).
  */
 const DECAY = 0.98
+/** Least weight of an old bucket, relative: it still fixes the slope when nothing recent varies. */
+const MIN_RECENCY = 1e-6
 /** Work buckets per doubling of the step's work. */
 const BUCKETS_PER_OCTAVE = 2
 /** Steps measured before the policy trusts its cost model; until then the full tree is used. */
@@ -136,7 +141,7 @@ interface GroupCurve {
  * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
  *   decode-only steps against their work `W` = tokens fed + head rows × heads, fitted as `a + b·W`
  *   by least squares over work buckets (half octaves of `W`), each the exponentially forgetting
- *   mean of its own steps (`DECAY`). A tree row costs its nodes plus `heads` per chain
+ *   mean of its own steps, weighted by its samples and by how recently it had one (`DECAY`). A tree row costs its nodes plus `heads` per chain
  *   node where heads run (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
  *   rows, maximise `(P + Σ n_g·E_g(k_g)) / (a + b·(W₀ + Σ n_g·work_g(k_g)))` by coordinate ascent
@@ -162,8 +167,10 @@ export class AdaptiveTreePolicy {
   private readonly maxKeys: number
   /** Insertion order is recency order: a use moves the key to the end. */
   private readonly keys = new Map<string, KeyStats>()
-  /** Per work bucket: forgetting sums of weight, work and milliseconds (see `DECAY`). */
-  private readonly buckets = new Map<number, { n: number; w: number; ms: number }>()
+  /** Per work bucket: forgetting sums of weight, work and milliseconds, and the step of its last sample (see `DECAY`). */
+  private readonly buckets = new Map<number, { n: number; w: number; ms: number; at: number }>()
+  /** Decode-only steps recorded. */
+  private steps = 0
   private treeSteps = 0
 
   constructor(maxKeys = DEFAULT_POLICY_KEYS) {
@@ -210,7 +217,8 @@ export class AdaptiveTreePolicy {
     if (fit !== null) ms = Math.min(ms, 3 * (fit.a + fit.b * work))
     const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
     let bucket = this.buckets.get(index)
-    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0 }))
+    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0, at: 0 }))
+    bucket.at = ++this.steps
     bucket.n = bucket.n * DECAY + 1
     bucket.w = bucket.w * DECAY + work
     bucket.ms = bucket.ms * DECAY + ms
@@ -456,23 +464,24 @@ export class AdaptiveTreePolicy {
     s.family.reorder(reach)
   }
 
-  /** `a + b·W` through the buckets' means (weighted by their samples), or null while the work values have no spread. */
+  /** `a + b·W` through the buckets' means (weighted by their samples and recency), or null while the work values have no spread. */
   private fit(): { a: number; b: number } | null {
     let s = 0
     let sx = 0
     let sy = 0
     let sxx = 0
     let sxy = 0
-    for (const { n, w, ms } of this.buckets.values()) {
+    for (const { n, w, ms, at } of this.buckets.values()) {
       const x = w / n
-      s += n
-      sx += w
-      sy += ms
-      sxx += x * w
-      sxy += x * ms
+      const r = Math.max(MIN_RECENCY, DECAY ** (this.steps - at))
+      s += n * r
+      sx += w * r
+      sy += ms * r
+      sxx += x * w * r
+      sxy += x * ms * r
     }
     const variance = s * sxx - sx * sx
-    if (s <= 0 || !(variance > 1e-9 * s * sxx)) return null
+    if (s <= 0 || !(variance > 1e-12 * s * sxx)) return null
     const b = Math.max(0, (s * sxy - sx * sy) / variance)
     // A step never costs nothing: keep the fixed part at least a small fraction of the mean.
     const a = Math.max((sy / s) * 0.05, (sy - b * sx) / s)
