@@ -48,6 +48,16 @@ def main(path):
     for k, v in r['medusa_top1'].items():
         out.append(f'| {k} | ' + ' | '.join(f'{x:.3f}' for x in v) + ' |')
     out.append('')
+    if 'adapter_medusa_top1' in r:
+        out.append("### The adapters' own Medusa heads: top-1 accuracy per head\n")
+        out.append('Each adapter\'s greedy output for held-out prompts of its own text and of Shakespeare, scored '
+                   'with the base heads (`medusa/`) and with the heads trained on that adapter\'s output '
+                   '(`adapters/<name>/medusa_lm_head.safetensors`).\n')
+        out.append('| data: heads | ' + ' | '.join(f'head {h} (t+{h + 2})' for h in range(n)) + ' |')
+        out.append('|---' * (n + 1) + '|')
+        for k, v in r['adapter_medusa_top1'].items():
+            out.append(f'| {k} | ' + ' | '.join(f'{x:.3f}' for x in v) + ' |')
+        out.append('')
     out.append('### Samples (greedy)\n')
     out.append('Base model:\n')
     for prompt, text in r['samples']['base']:

@@ -28,10 +28,11 @@ ROOT = os.path.abspath(os.path.join(HERE, '..', '..'))
 PRESETS = {
     # ~2 minutes: proves every artifact is produced and loads; the model says little of use.
     'tiny': dict(base_steps=30, lora_steps=15, medusa_steps=10, medusa_seqs=24, batch=8, seq=128,
-                 eval_windows=4, medusa_eval_seqs=8, gen_tokens=64),
+                 eval_windows=4, medusa_eval_seqs=8, gen_tokens=64, adapter_medusa_steps=10, adapter_medusa_seqs=16),
     # Sized for a shared 2-core machine (see README's Results for the stages' wall times).
     'full': dict(base_steps=600, lora_steps=160, medusa_steps=2400, medusa_seqs=2048, batch=12, seq=128,
-                 eval_windows=16, medusa_eval_seqs=16, gen_tokens=96),
+                 eval_windows=16, medusa_eval_seqs=16, gen_tokens=96, adapter_medusa_steps=400,
+                 adapter_medusa_seqs=1024),
 }
 VOCAB_SIZE = 2048
 MODEL = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
@@ -43,6 +44,7 @@ ADAPTERS = {
 }
 LORA_RANK, LORA_ALPHA = 8, 16
 MEDUSA_HEADS = 4
+CORPORA = ['shakespeare', 'kjv', 'devil']
 SEED = 1234
 
 
@@ -234,6 +236,38 @@ def medusa_targets(ids, heads, first):
     return tg
 
 
+def train_heads(name, heads, model, ids, hid, first, steps, ckpt, seed, lr=3e-3):
+    """AdamW on the heads' residual blocks (the LM head stays frozen) over self-distilled
+    sequences, 16 a step, checkpointing every 25 steps into `ckpt` (resumed if present)."""
+    tg = medusa_targets(ids, MEDUSA_HEADS, first)
+    for q in model.parameters():
+        q.requires_grad_(False)
+    params = [q for n_, q in heads.named_parameters() if not n_.startswith('base_lm_head')]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    start = 0
+    if os.path.exists(ckpt):
+        st = torch.load(ckpt)
+        heads.load_state_dict(st['weights'])
+        opt.load_state_dict(st['opt'])
+        start = st['step']
+    bs = 16
+    for step in range(start, steps):
+        g = torch.Generator().manual_seed(seed + step)
+        rows = torch.randint(0, ids.shape[0], (bs,), generator=g)
+        x, y = hid[rows, first - 2:], tg[rows, first - 2:]
+        for grp in opt.param_groups:
+            grp['lr'] = lr_at(step, steps, lr, 10)
+        logits = heads(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 10 == 0 or step == steps - 1:
+            log(f'{name}: step {step + 1}/{steps} loss {loss.item():.3f}')
+        if (step + 1) % 25 == 0 or step == steps - 1:
+            atomic_save({'weights': heads.state_dict(), 'opt': opt.state_dict(), 'step': step + 1}, ckpt)
+
+
 def stage_medusa(work, model, loras, corp, p):
     final = os.path.join(work, 'medusa-final.pt')
     torch.manual_seed(SEED + 99)
@@ -249,36 +283,52 @@ def stage_medusa(work, model, loras, corp, p):
         sources = [('base', corp['shakespeare'][0], 0.6), ('kjv', corp['kjv'][0], 0.2), ('devil', corp['devil'][0], 0.2)]
         ids, hid, first = self_distill(model, loras, sources, p['medusa_seqs'], SEED + 5, p['gen_tokens'])
         atomic_save((ids, hid, first), data_path)
-    tg = medusa_targets(ids, MEDUSA_HEADS, first)
-    for q in model.parameters():
-        q.requires_grad_(False)
-    params = [q for n_, q in heads.named_parameters() if not n_.startswith('base_lm_head')]
-    opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0)
-    ckpt = os.path.join(work, 'medusa.ckpt')
-    start = 0
-    if os.path.exists(ckpt):
-        st = torch.load(ckpt)
-        heads.load_state_dict(st['weights'])
-        opt.load_state_dict(st['opt'])
-        start = st['step']
-    steps, bs = p['medusa_steps'], 16
-    for step in range(start, steps):
-        g = torch.Generator().manual_seed(SEED + step)
-        rows = torch.randint(0, ids.shape[0], (bs,), generator=g)
-        x, y = hid[rows, first - 2:], tg[rows, first - 2:]
-        for grp in opt.param_groups:
-            grp['lr'] = lr_at(step, steps, 3e-3, 10)
-        logits = heads(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % 10 == 0 or step == steps - 1:
-            log(f'medusa: step {step + 1}/{steps} loss {loss.item():.3f}')
-        if (step + 1) % 25 == 0 or step == steps - 1:
-            atomic_save({'weights': heads.state_dict(), 'opt': opt.state_dict(), 'step': step + 1}, ckpt)
+    train_heads('medusa', heads, model, ids, hid, first, p['medusa_steps'], os.path.join(work, 'medusa.ckpt'), SEED)
     atomic_save(heads.state_dict(), final)
     return heads
+
+
+def stage_adapter_medusa(work, name, model, loras, base_heads, corp, p):
+    """An adapter's own Medusa heads (LoRAX's Medusa+LoRA): the same self-distillation as the base
+    heads, on the greedy output of the model with this adapter applied (half on prompts from the
+    adapter's own text, a quarter from each other text: requests send it any prompt), starting from
+    the base heads, so a short run only has to learn where the adapter's output differs."""
+    final = os.path.join(work, f'medusa-{name}-final.pt')
+    heads = MedusaHeads(model.cfg, MEDUSA_HEADS, model.lm_head, own_lm_head=False)
+    heads.load_state_dict(base_heads.state_dict())
+    if os.path.exists(final):
+        heads.load_state_dict(torch.load(final))
+        return heads
+    data_path = os.path.join(work, f'medusa-{name}-data.pt')
+    if os.path.exists(data_path):
+        ids, hid, first = torch.load(data_path)
+    else:
+        log(f'medusa {name}: generating self-distillation data (greedy outputs with the adapter applied)')
+        own = ADAPTERS[name][0]
+        sources = [(name, corp[own][0], 0.5)] + [(name, corp[k][0], 0.25) for k in CORPORA if k != own]
+        ids, hid, first = self_distill(model, loras, sources, p['adapter_medusa_seqs'], SEED + 7 * len(name),
+                                       p['gen_tokens'])
+        atomic_save((ids, hid, first), data_path)
+    train_heads(f'medusa {name}', heads, model, ids, hid, first, p['adapter_medusa_steps'],
+                os.path.join(work, f'medusa-{name}.ckpt'), SEED + 31 * len(name), lr=1e-3)
+    atomic_save(heads.state_dict(), final)
+    return heads
+
+
+@torch.no_grad()
+def adapter_heads_accuracy(model, loras, base_heads, adapter_heads, corp, p):
+    """Top-1 per head of the base heads and of each adapter's own heads, on that adapter's greedy
+    output for held-out prompts of its own text and of Shakespeare."""
+    out = {}
+    for name, heads in adapter_heads.items():
+        own = ADAPTERS[name][0]
+        for kind in dict.fromkeys([own, 'shakespeare']):
+            ids, hid, first = self_distill(model, loras, [(name, corp[kind][1], 1.0)], p['medusa_eval_seqs'],
+                                           SEED + 70, p['gen_tokens'])
+            tg = medusa_targets(ids, MEDUSA_HEADS, first)
+            out[f'{name} adapter greedy output, held-out {kind} prompts: base heads'] = head_accuracy(base_heads, hid, tg)
+            out[f'{name} adapter greedy output, held-out {kind} prompts: {name} heads'] = head_accuracy(heads, hid, tg)
+    return out
 
 
 @torch.no_grad()
@@ -360,7 +410,7 @@ def evaluate(work, model, tok, loras, heads, corp, p):
             'medusa_eval_positions': 'generated tokens only (the heads see what speculation sees)'}
 
 
-def export(out, model, tok, loras, heads, p):
+def export(out, model, tok, loras, heads, adapter_heads, p):
     os.makedirs(out, exist_ok=True)
     cfg = model.cfg
     config = OrderedDict(
@@ -405,13 +455,85 @@ def export(out, model, tok, loras, heads, p):
             torch.save(OrderedDict(state), os.path.join(d, 'adapter_model.bin'))
     # Version 2 only (the heads reuse the model's LM head): the kit ships what config/default.yaml
     # serves. verify-in-loom.ts writes the version 1 layout (a copy of lm_head per head) to test it.
-    d = os.path.join(out, 'medusa')
+    export_heads(os.path.join(out, 'medusa'), heads, cfg)
+    export_adapter_heads(out, adapter_heads, cfg)
+
+
+def export_heads(d, heads, cfg):
+    """LoRAX's Medusa layout, version 2: `config.json` and `medusa_lm_head.safetensors`."""
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, 'config.json'), 'w') as f:
         json.dump(OrderedDict(medusa_num_heads=MEDUSA_HEADS, medusa_num_layers=1, version=2,
                               hidden_size=cfg.hidden_size, vocab_size=cfg.vocab_size,
                               base_model_name_or_path='loom/demo'), f, indent=2)
     safetensors_io.save(heads.lorax_state_dict(), os.path.join(d, 'medusa_lm_head.safetensors'), {'format': 'pt'})
+
+
+def export_adapter_heads(out, adapter_heads, cfg):
+    """Medusa+LoRA (LoRAX's MedusaLoraConfig): each adapter's heads beside its `adapter_config.json`."""
+    for name, heads in adapter_heads.items():
+        export_heads(os.path.join(out, 'adapters', name), heads, cfg)
+
+
+def load_exported(out, tok):
+    """The base model, adapters and base heads from an exported kit (`--adapter-heads-only`): the
+    same tensors the work directory's final checkpoints held."""
+    model = LlamaForCausalLM(model_config(tok))
+    model.load_state_dict(safetensors_io.load(os.path.join(out, 'model.safetensors')))
+    model.eval()
+    loras = {}
+    for name in ADAPTERS:
+        lora = Lora(model, LORA_RANK, LORA_ALPHA, PROJECTIONS)
+        state = safetensors_io.load(os.path.join(out, 'adapters', name, 'adapter_model.safetensors'))
+        with torch.no_grad():
+            for l, m, _ in model.projections():
+                block = 'mlp' if m in ('gate_proj', 'up_proj', 'down_proj') else 'self_attn'
+                prefix = f'base_model.model.model.layers.{l}.{block}.{m}'
+                lora.a[f'{l}_{m}'].copy_(state.pop(f'{prefix}.lora_A.weight'))
+                lora.b[f'{l}_{m}'].copy_(state.pop(f'{prefix}.lora_B.weight'))
+        assert not state, list(state)
+        loras[name] = lora
+    heads = MedusaHeads(model.cfg, MEDUSA_HEADS, model.lm_head, own_lm_head=False)
+    state = safetensors_io.load(os.path.join(out, 'medusa', 'medusa_lm_head.safetensors'))
+    with torch.no_grad():
+        for h, block in enumerate(heads.blocks):
+            block.weight.copy_(state.pop(f'{h}.0.linear.weight'))
+            block.bias.copy_(state.pop(f'{h}.0.linear.bias'))
+    assert not state, list(state)
+    return model, loras, heads
+
+
+def adapter_heads_only(args, p, tok, corp):
+    """Trains and exports only the adapters' own heads, on a kit already exported to `--out`
+    (its base model and adapters unchanged), and adds their figures to the report in place."""
+    model, loras, heads = load_exported(args.out, tok)
+    report = json.load(open(args.report)) if args.report and os.path.exists(args.report) else {}
+    # The loaded model must be the one the report's greedy samples came from.
+    for e in report.get('expected_greedy', []):
+        if e['adapter'] is not None:
+            loras[e['adapter']].attach(model)
+        ids = [tok.bos_id] + tok.encode(e['prompt'])
+        _, got = generate_text(model, tok, ids, len(e['ids']))
+        Lora.detach(model)
+        assert got == e['ids'], f'{args.out} does not give the report\'s greedy tokens for {e}'
+    adapter_heads = {}
+    for name in ADAPTERS:
+        t = time.time()
+        done = os.path.exists(os.path.join(args.work, f'medusa-{name}-final.pt'))
+        adapter_heads[name] = stage_adapter_medusa(args.work, name, model, loras, heads, corp, p)
+        if not done:
+            record_time(args.work, f'medusa-{name}', time.time() - t)
+    export_adapter_heads(args.out, adapter_heads, model.cfg)
+    report['adapter_medusa_top1'] = adapter_heads_accuracy(model, loras, heads, adapter_heads, corp, p)
+    report.setdefault('preset', {}).update({k: p[k] for k in ('adapter_medusa_steps', 'adapter_medusa_seqs')})
+    timings = json.load(open(os.path.join(args.work, 'timings.json')))
+    report.setdefault('seconds', {}).update({k: v for k, v in timings.items() if k.startswith('medusa-')})
+    report['sizes'] = {os.path.relpath(os.path.join(d, f), args.out): os.path.getsize(os.path.join(d, f))
+                       for d, _, fs in os.walk(args.out) for f in sorted(fs)}
+    with open(args.report or os.path.join(args.work, 'report.json'), 'w') as f:
+        json.dump(report, f, indent=2)
+    log('done')
+    print(json.dumps(report['adapter_medusa_top1'], indent=2))
 
 
 def main():
@@ -422,6 +544,8 @@ def main():
     ap.add_argument('--threads', type=int, default=2)
     ap.add_argument('--report', default=None, help='where to write the report (default: <work>/report.json)')
     ap.add_argument('--set', action='append', default=[], help='override a preset value, e.g. base_steps=800')
+    ap.add_argument('--adapter-heads-only', action='store_true',
+                    help='train only the adapters\' own Medusa heads, on the kit already in --out')
     args = ap.parse_args()
     p = dict(PRESETS[args.preset])
     for kv in args.set:
@@ -439,6 +563,8 @@ def main():
         corp[kind] = (corpora.Corpus(tok, kind, tr), corpora.Corpus(tok, kind, he))
         log(f'corpus {kind}: {len(corp[kind][0].ids)} train tokens, {len(corp[kind][1].ids)} held-out tokens')
     record_time(args.work, 'tokenizer and corpora', time.time() - t0)
+    if args.adapter_heads_only:
+        return adapter_heads_only(args, p, tok, corp)
 
     def timed(stage, fn):
         t = time.time()
@@ -453,11 +579,14 @@ def main():
     loras = {name: timed(f'lora-{name}', lambda n=name, k=kind: stage_lora(args.work, n, model, corp[k][0], p))
              for name, (kind, _) in ADAPTERS.items()}
     heads = timed('medusa', lambda: stage_medusa(args.work, model, loras, corp, p))
+    adapter_heads = {name: timed(f'medusa-{name}', lambda n=name: stage_adapter_medusa(
+        args.work, n, model, loras, heads, corp, p)) for name in ADAPTERS}
     t = time.time()
     report = evaluate(args.work, model, tok, loras, heads, corp, p)
+    report['adapter_medusa_top1'] = adapter_heads_accuracy(model, loras, heads, adapter_heads, corp, p)
     report['tokenizer_cases'] = tokenizer_cases(tok, corp)
     report['preset'] = p
-    export(args.out, model, tok, loras, heads, p)
+    export(args.out, model, tok, loras, heads, adapter_heads, p)
     record_time(args.work, 'eval and export', time.time() - t)
     report['seconds'] = json.load(open(os.path.join(args.work, 'timings.json')))
     report['sizes'] = {os.path.relpath(os.path.join(d, f), args.out): os.path.getsize(os.path.join(d, f))

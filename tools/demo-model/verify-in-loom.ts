@@ -2,7 +2,8 @@
  * Checks an exported demo model against Loom itself: the tokenizer loads and encodes exactly as the
  * recipe's Python encoder did, and a real server (native CPU backend, local adapter source) serving
  * the folder produces, greedily, the same tokens as the PyTorch model for every prompt in the
- * recipe's report — through the base model, each adapter, and the first adapter read from its
+ * recipe's report — through the base model, each adapter (speculating with its own Medusa heads
+ * when its folder holds them, LoRAX's Medusa+LoRA), and the first adapter read from its
  * `adapter_model.bin` — all sent at once; then again with the Medusa heads (version 2, then their
  * version 1 layout, written into the temp dir) as the default speculative adapter, which must not
  * change a token.
@@ -151,7 +152,8 @@ async function main(): Promise<void> {
           const who = e.adapter === binAdapter ? 'kjv (.bin)' : (e.adapter ?? 'base')
           console.log(
             `${run.label}: ${ok ? 'ok  ' : 'DIFF'} ${who} ${JSON.stringify(e.prompt)}: ` +
-              `${same}/${want.length} tokens as PyTorch → ${JSON.stringify(out.generated_text.slice(0, 60))}`,
+              `${same}/${want.length} tokens as PyTorch, ${out.details.skipped_tokens ?? 0} from speculation → ` +
+              JSON.stringify(out.generated_text.slice(0, 60)),
           )
         }
         if (run.medusa !== null) {
