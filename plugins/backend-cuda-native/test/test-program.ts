@@ -1,13 +1,55 @@
 // Builds and runs the standalone native test program (native/test-program: the kernel self-test
-// without Node) in a temp folder, for the tests that need it. One build per option set per test
-// process; the folder is removed when the process's tests end.
+// and the model check, without Node) for the tests that need it. Builds live in
+// build/test-program/<options> and are shared by every test process (tap runs test files in
+// parallel): one builds under a lock while the others wait, then CMake's incremental build makes
+// the rest near no-ops. A full build takes a minute or two on a 2-core machine; two test files
+// each building their own copy was the largest single cost of `npm test`.
+import { createHash } from 'node:crypto'
 import { spawn } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { fileURLToPath } from 'node:url'
 
-const sourceDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'native', 'test-program')
+const pluginDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+const sourceDir = path.join(pluginDir, 'native', 'test-program')
+const buildRoot = path.join(pluginDir, 'build', 'test-program')
+
+/** Hold `lockDir` (created atomically) while `work` runs; a lock whose owner died is taken over. */
+async function withLock<T>(lockDir: string, work: () => Promise<T>): Promise<T> {
+  mkdirSync(path.dirname(lockDir), { recursive: true })
+  for (;;) {
+    try {
+      mkdirSync(lockDir)
+      writeFileSync(path.join(lockDir, 'pid'), String(process.pid))
+      break
+    } catch {
+      let owner = NaN
+      try {
+        owner = Number(readFileSync(path.join(lockDir, 'pid'), 'utf8'))
+      } catch {
+        // Being created right now: wait for its pid.
+      }
+      if (Number.isInteger(owner) && !isAlive(owner)) rmSync(lockDir, { recursive: true, force: true })
+      else await sleep(250)
+    }
+  }
+  try {
+    return await work()
+  } finally {
+    rmSync(lockDir, { recursive: true, force: true })
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
 
 /** Exit code and the combined output of a child process. */
 export interface RunResult {
@@ -37,9 +79,8 @@ export function buildTestProgram(defs: Record<string, string>): Promise<{ progra
   const key = JSON.stringify(defs)
   let build = builds.get(key)
   if (!build) {
-    build = (async () => {
-      const dir = mkdtempSync(path.join(os.tmpdir(), 'loom-native-test-'))
-      process.once('exit', () => rmSync(dir, { recursive: true, force: true }))
+    const dir = path.join(buildRoot, createHash('sha256').update(key).digest('hex').slice(0, 12))
+    build = withLock(`${dir}.lock`, async () => {
       const d = Object.entries(defs).map(([k, v]) => `-D${k}=${v}`)
       const configured = await run('cmake', ['-S', sourceDir, '-B', dir, ...d])
       if (configured.status !== 0) return { error: `cmake configure: ${configured.output.slice(-1500)}` }
@@ -47,7 +88,7 @@ export function buildTestProgram(defs: Record<string, string>): Promise<{ progra
       const built = await run('cmake', ['--build', dir, '-j', jobs])
       if (built.status !== 0) return { error: `cmake build: ${built.output.slice(-1500)}` }
       return { program: path.join(dir, 'loom-native-test') }
-    })()
+    })
     builds.set(key, build)
   }
   return build
