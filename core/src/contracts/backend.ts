@@ -95,6 +95,17 @@ export interface BackendStats {
   readonly waitingAdapters: readonly string[]
 }
 
+/** The stats of a backend with nothing loaded or running (before `start`, after shutdown). */
+export const IDLE_BACKEND_STATS: BackendStats = Object.freeze({
+  runningRequests: 0,
+  queuedRequests: 0,
+  kvBlocksTotal: 0,
+  kvBlocksFree: 0,
+  loadedAdapters: 0,
+  runningAdapters: Object.freeze([]),
+  waitingAdapters: Object.freeze([]),
+})
+
 /**
  * Request-level backend: runs the base model, owns batching, and streams token events.
  * The core's `BatchingEngine` implements it on top of any `StepRunner`; TensorRT-LLM's Executor

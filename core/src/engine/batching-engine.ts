@@ -9,6 +9,7 @@ import type {
   GeneratedToken,
   GenerationEvent,
 } from '../contracts/backend.ts'
+import { IDLE_BACKEND_STATS } from '../contracts/backend.ts'
 import type { Logger } from '../contracts/logger.ts'
 import {
   LORA_MODULES,
@@ -379,17 +380,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
 
   stats(): BackendStats {
     const loaded = this.loaded
-    if (loaded === null) {
-      return {
-        runningRequests: 0,
-        queuedRequests: 0,
-        kvBlocksTotal: 0,
-        kvBlocksFree: 0,
-        loadedAdapters: 0,
-        runningAdapters: [],
-        waitingAdapters: [],
-      }
-    }
+    if (loaded === null) return IDLE_BACKEND_STATS
     const { running, waiting } = loaded.scheduler.adaptersInUse()
     return {
       runningRequests: loaded.scheduler.runningCount,

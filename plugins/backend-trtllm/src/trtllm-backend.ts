@@ -19,6 +19,7 @@
 import {
   BackendLifecycle,
   EventChannel,
+  IDLE_BACKEND_STATS,
   LoomError,
   readLoraAdapter,
   readMedusaAdapter,
@@ -351,17 +352,7 @@ export class TrtllmBackend extends BackendLifecycle implements Backend {
 
   stats(): BackendStats {
     const started = this.#started
-    if (started === null || this.#shutdownStarted) {
-      return {
-        runningRequests: 0,
-        queuedRequests: 0,
-        kvBlocksTotal: 0,
-        kvBlocksFree: 0,
-        loadedAdapters: 0,
-        runningAdapters: [],
-        waitingAdapters: [],
-      }
-    }
+    if (started === null || this.#shutdownStarted) return IDLE_BACKEND_STATS
     const s = started.executor.stats()
     // The executor reports -1 for what it does not know.
     const known = (value: number, fallback: number): number => (value >= 0 ? value : fallback)
