@@ -62,7 +62,17 @@ class CpuDevice final : public Device {
   void prefetch_in_next_matmul(const CacheRegion* regions, int n) override;
 
  private:
+  // matmul for Q8 weights with VNNI (matmul-q8-cpu.cc) and for bf16 weights in steps of at least
+  // kBf16DotMinTokens tokens with vdpbf16ps (matmul-bf16-avx512.cc); all jobs of the call share
+  // that dtype. Each exists only where simd-config.h enables it.
+  void matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate);
+  void matmul_bf16_dot(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate);
+  // The generic path (matmul-cpu.cc): f32/f16/bf16 in registers or widened tiles, Q8 widened.
+  void matmul_widen(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate);
+
   ThreadPool pool_;
+  std::vector<uint8_t> xq_;  // the step's activations converted for matmul_q8 / matmul_bf16_dot
+  std::vector<MatmulJob> split_jobs_;  // matmul: jobs regrouped by path
   // Per-call work lists, kept across calls so the hot path does not allocate once warm.
   std::vector<int64_t> blocks_;
   std::vector<int64_t> items_;
@@ -83,6 +93,12 @@ constexpr int kMaxTokens = 8;
 #else
 constexpr int kMaxTokens = 4;
 #endif
+
+// From this many tokens a matmul over bf16 weights computes with vdpbf16ps where the CPU has
+// AVX-512 BF16 (matmul-bf16-avx512.cc): the activations are rounded to bf16 once per call, so
+// such steps differ from the f32 path by that rounding (see there); smaller steps (decode) keep
+// exact f32 products. Measured in the README (prefill section).
+constexpr int64_t kBf16DotMinTokens = 16;
 
 // Shared by matmul-cpu.cc and lora-cpu.cc.
 // Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} f32(w[i][k]) * x[t][k]

@@ -318,6 +318,7 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
             case DType::F32: shrink_token<DType::F32>(xt, K, sg, next, tt); break;
             case DType::BF16: shrink_token<DType::BF16>(xt, K, sg, next, tt); break;
             case DType::F16: shrink_token<DType::F16>(xt, K, sg, next, tt); break;
+            case DType::Q8: break;  // adapters stay in their dtype, never int8
           }
         } else {
           shrink_tokens(x, ldx, K, sg, run.tok_start, run.tok_start + run.tok_count, next, tmp, ldt);
@@ -342,6 +343,7 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
             case DType::F32: expand_token<DType::F32>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
             case DType::BF16: expand_token<DType::BF16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
             case DType::F16: expand_token<DType::F16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
+            case DType::Q8: break;  // adapters stay in their dtype, never int8
           }
         }
       }
@@ -366,6 +368,7 @@ void CpuDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lora
           case DType::F32: expand_segments<DType::F32>(tmp, ldt, N, segs, a, b, y, ldy); break;
           case DType::BF16: expand_segments<DType::BF16>(tmp, ldt, N, segs, a, b, y, ldy); break;
           case DType::F16: expand_segments<DType::F16>(tmp, ldt, N, segs, a, b, y, ldy); break;
+          case DType::Q8: break;  // adapters stay in their dtype, never int8
         }
       }
     });
@@ -384,6 +387,7 @@ void CpuDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lora
           case DType::F32: expand_columns<DType::F32>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
           case DType::BF16: expand_columns<DType::BF16>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
           case DType::F16: expand_columns<DType::F16>(c, seg.scale, seg.w, seg.rank, N, n0, n1, yt); break;
+          case DType::Q8: break;  // adapters stay in their dtype, never int8
         }
       }
     }

@@ -15,12 +15,16 @@
 //   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
 //     vcvtph2ps) when the step has at most kMaxTokens tokens, i.e. one pass over the block; with
 //     more tokens the block is widened once into an L1 tile and every further pass reads f32.
-// Accumulation is exact f32 FMA (no bf16 dot products), so results match the f64 reference
-// within f32 rounding. Large prefills tile the tokens as well so the activations stay in L2
-// while the weights stream through.
+//   - Q8 rows (8-bit weights) are always widened into the tile (d * q per 32-weight block); this
+//     path serves them only where the CPU lacks AVX-512 VNNI (matmul-q8-cpu.cc otherwise).
+// Accumulation is exact f32 FMA, so results match the f64 reference within f32 rounding. Large
+// prefills tile the tokens as well so the activations stay in L2 while the weights stream
+// through. Two dtypes leave this file for dot-product instructions where the CPU has them (see
+// CpuDevice::matmul): Q8 (vpdpbusd) and bf16 steps of kBf16DotMinTokens or more (vdpbf16ps).
 #include "cpu/intrinsics.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "cpu/cpu-device.h"
@@ -188,8 +192,23 @@ inline void dot_weights(DType dt, const void* const* w, const float* const* x, i
     dot_dtype<_MM_HINT_T0>(dt, w, x, tn, K, out, pf_off);
 }
 
-// Widen one 16-bit weight row to f32 (for the multi-pass case).
+// Dequantise one Q8 row of n weights (n a multiple of 32) to f32: d * q per block.
+inline void widen_q8_row(const void* src, int64_t n, float* dst) {
+  const int8_t* q = static_cast<const int8_t*>(src);
+  const uint16_t* d = reinterpret_cast<const uint16_t*>(q + n);
+  for (int64_t b = 0; b < n / kQ8Block; b++) {
+    uint16_t h;
+    std::memcpy(&h, d + b, 2);
+    const __m512 s = _mm512_set1_ps(f16_to_f32(h));
+    for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; k += 16)
+      _mm512_storeu_ps(dst + k, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))))));
+  }
+}
+
+// Widen one weight row of n elements (16-bit, or a whole Q8 row) to f32 (for the multi-pass case).
 inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
+  if (dt == DType::Q8) return widen_q8_row(src, n, dst);
   int64_t k = 0;
   for (; k < n; k += 16) {
     if (n - k >= 16) {
@@ -251,8 +270,21 @@ inline void dot_weights(DType, const void* const* w, const float* const* x, int 
   }
 }
 
-// Widen n elements of a weight row to f32: bf16 by zero-extend + 16-bit shift, f16 with F16C.
+// Widen n elements of a weight row to f32: bf16 by zero-extend + 16-bit shift, f16 with F16C, a
+// whole Q8 row (n a multiple of 32) by sign-extending each int8 and scaling by its block's d.
 inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
+  if (dt == DType::Q8) {
+    const int8_t* q = static_cast<const int8_t*>(src);
+    for (int64_t b = 0; b < n / kQ8Block; b++) {
+      uint16_t h;
+      std::memcpy(&h, q + n + 2 * b, 2);
+      const __m256 sc = _mm256_set1_ps(f16_to_f32(h));
+      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; k += 8)
+        _mm256_storeu_ps(dst + k, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k))))));
+    }
+    return;
+  }
   const uint16_t* s = static_cast<const uint16_t*>(src);
   int64_t k = 0;
   if (dt == DType::BF16) {
@@ -303,7 +335,45 @@ void CpuDevice::prefetch_in_next_matmul(const CacheRegion* regions, int n) {
   prefetch_.assign(regions, regions + n);
 }
 
+// The jobs of one call go to one path each (all share x and K): Q8 weights to the VNNI kernel and
+// bf16 weights in steps of kBf16DotMinTokens or more to the vdpbf16ps kernel where the CPU has
+// them, everything else to the generic kernel below. The model's calls are single-dtype, so this
+// is one call in practice.
 void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
+  enum Path { kGeneric = 0, kQ8Dot = 1, kBf16Dot = 2 };
+  auto path = [T](const MatmulJob& j) {
+    if (LOOM_AVX512_VNNI && j.w.dtype == DType::Q8) return kQ8Dot;
+    if (LOOM_AVX512_BF16 && j.w.dtype == DType::BF16 && T >= kBf16DotMinTokens) return kBf16Dot;
+    return kGeneric;
+  };
+  int npath[3] = {0, 0, 0};
+  for (int j = 0; j < njobs; j++) npath[path(jobs[j])]++;
+  if (T > 0 && njobs > 0 && npath[kGeneric] < njobs) {
+    split_jobs_.clear();
+    for (int p : {kQ8Dot, kBf16Dot, kGeneric})
+      for (int j = 0; j < njobs; j++)
+        if (path(jobs[j]) == p) split_jobs_.push_back(jobs[j]);
+    const MatmulJob* sj = split_jobs_.data();
+#if LOOM_AVX512_VNNI
+    if (npath[kQ8Dot]) matmul_q8(x, T, ldx, sj, npath[kQ8Dot], accumulate);
+#endif
+#if LOOM_AVX512_BF16
+    if (npath[kBf16Dot]) matmul_bf16_dot(x, T, ldx, sj + npath[kQ8Dot], npath[kBf16Dot], accumulate);
+#endif
+    sj += npath[kQ8Dot] + npath[kBf16Dot];
+    // The generic path takes (and clears) the prefetch hint; with no generic job it is dropped.
+    if (npath[kGeneric]) {
+      matmul_widen(x, T, ldx, sj, npath[kGeneric], accumulate);
+    } else {
+      prefetch_.clear();
+    }
+    return;
+  }
+  matmul_widen(x, T, ldx, jobs, njobs, accumulate);
+}
+
+void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
+                             bool accumulate) {
   // The hint is for this call only.
   prefetch_end_.clear();
   int64_t hint_bytes = 0;
@@ -368,29 +438,29 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
             const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
             const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
             // 16-bit rows widened into the L1 tile are dotted from the tile: no offset to use.
-            const bool widened = dt != DType::F32 && !(kConvertInRegisters && t1 - t0 <= kMaxTokens);
+            const bool widened = dt == DType::Q8 || (dt != DType::F32 && !(kConvertInRegisters && t1 - t0 <= kMaxTokens));
             if (T <= kBurstPrefetchTokens || widened) {
               // Few tokens (bandwidth-bound): the whole later block at once, as the step starts.
-              const int64_t row_bytes = K * dtype_size(pj.w.dtype);
+              const int64_t row_bytes = weight_row_bytes(pj.w.dtype, K);
               const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
               const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
               for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
             } else if (&pj == &job && pn + kRows <= pj.w.rows) {
               // Same matrix (rows contiguous): an offset from this block's rows; across a job
               // boundary the hardware prefetcher is left to it.
-              pf_off = (pn - n0) * K * dtype_size(dt);
+              pf_off = (pn - n0) * weight_row_bytes(dt, K);
             }
           }
-          if (dt == DType::F32 || (kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
+          if (dt == DType::F32 || (dt != DType::Q8 && kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
             // One pass (or f32): read the weights where they are.
             const char* base = static_cast<const char*>(job.w.data);
-            for (int i = 0; i < kRows; i++) bp.w[i] = base + (n0 + std::min(i, nrows - 1)) * K * dtype_size(dt);
+            for (int i = 0; i < kRows; i++) bp.w[i] = base + (n0 + std::min(i, nrows - 1)) * weight_row_bytes(dt, K);
           } else {
-            // Several passes over 16-bit weights: widen once into the L1 tile.
+            // Several passes over 16-bit weights (or any Q8 rows): widen once into the L1 tile.
             if (int64_t(tile.size()) < kSuperBlock * kRows * K) tile.resize(size_t(kSuperBlock * kRows * K));
             float* rows = tile.data() + (b - sb) * kRows * K;
             const char* base = static_cast<const char*>(job.w.data);
-            for (int i = 0; i < nrows; i++) widen_row(base + (n0 + i) * K * 2, dt, K, rows + i * K);
+            for (int i = 0; i < nrows; i++) widen_row(base + (n0 + i) * weight_row_bytes(dt, K), dt, K, rows + i * K);
             for (int i = 0; i < kRows; i++) bp.w[i] = rows + std::min(i, nrows - 1) * K;
             dt = DType::F32;
           }

@@ -9,3 +9,20 @@
 #else
 #define LOOM_AVX512 0
 #endif
+
+// 8-bit dot products (vpdpbusd) for Q8 weights: AVX-512 VNNI, where the build machine has it
+// (Zen 4+, Ice Lake+). Without it Q8 rows are widened to f32 (matmul-cpu.cc). LOOM_Q8_WIDEN
+// forces the widening path (to measure one against the other).
+#if LOOM_AVX512 && defined(__AVX512VNNI__) && !defined(LOOM_Q8_WIDEN)
+#define LOOM_AVX512_VNNI 1
+#else
+#define LOOM_AVX512_VNNI 0
+#endif
+
+// bf16 dot products (vdpbf16ps) for bf16 weights in steps of many tokens: AVX-512 BF16 (Zen 4+,
+// Sapphire Rapids+). LOOM_BF16_NO_DOT turns the path off (to measure against it).
+#if LOOM_AVX512 && defined(__AVX512BF16__) && !defined(LOOM_BF16_NO_DOT)
+#define LOOM_AVX512_BF16 1
+#else
+#define LOOM_AVX512_BF16 0
+#endif

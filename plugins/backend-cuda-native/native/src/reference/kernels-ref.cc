@@ -43,7 +43,8 @@ class ReferenceDevice final : public Device {
       for (int64_t t = 0; t < T; t++) {
         for (int64_t n = 0; n < job.w.rows; n++) {
           double acc = 0;
-          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * load_weight(job.w.data, job.w.dtype, n * K + k);
+          // Q8 weights enter as their dequantised values d * q (exact in f32), as every device sees them.
+          for (int64_t k = 0; k < K; k++) acc += double(x[t * ldx + k]) * load_weight_at(job.w.data, job.w.dtype, K, n, k);
           if (job.bias) acc += job.bias[n];
           float* y = &job.y[t * job.ldy + n];
           *y = accumulate ? float(*y + acc) : float(acc);
@@ -106,7 +107,7 @@ class ReferenceDevice final : public Device {
   void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override {
     for (int64_t t = 0; t < T; t++)
       for (int64_t i = 0; i < table.cols; i++)
-        y[t * table.cols + i] = load_weight(table.data, table.dtype, int64_t(ids[t]) * table.cols + i);
+        y[t * table.cols + i] = load_weight_at(table.data, table.dtype, table.cols, ids[t], i);
   }
 
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override {

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+
+#include "runtime/quantize-q8.h"
 
 namespace loom {
 
@@ -82,6 +85,23 @@ Status MappedWeights::vector_f32(const std::string& name, int64_t n, std::vector
   const void* base = static_cast<const char*>(maps_[size_t(t->file)].addr) + t->offset;
   out->resize(size_t(n));
   for (int64_t i = 0; i < n; i++) (*out)[size_t(i)] = load_weight(base, t->dtype, i);
+  return Status::Ok();
+}
+
+void MappedWeights::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+Status MappedWeights::to_q8(WeightView* w, const std::string& name) {
+  LOOM_RETURN_IF_ERROR(check_q8_quantizable(*w, name));
+  const int64_t bytes = weight_bytes(DType::Q8, w->rows, w->cols);
+  // 64-byte aligned (whole cache lines for the kernels' streams), rounded up as aligned_alloc asks.
+  uint8_t* p = static_cast<uint8_t*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64)));
+  if (p == nullptr)
+    return Status::Error("model_invalid", "out of host memory for the int8 copy of " + name + " (" +
+                                              std::to_string(bytes) + " bytes)");
+  owned_.emplace_back(p);
+  quantize_q8_rows(w->data, w->dtype, w->rows, w->cols, p);
+  w->data = p;
+  w->dtype = DType::Q8;
   return Status::Ok();
 }
 

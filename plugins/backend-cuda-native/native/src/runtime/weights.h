@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ class MappedWeights {
   Status matrix(const std::string& name, int64_t rows, int64_t cols, WeightView* out) const;
   // A 1-D tensor [n] widened to f32 into `out`.
   Status vector_f32(const std::string& name, int64_t n, std::vector<float>* out) const;
+  // `w` (a matrix from matrix(), named `name` in errors) quantised to Q8 (runtime/quantize-q8.h)
+  // into host memory this object owns; `w` then views the copy. model_invalid when K is not a
+  // multiple of 32. The mapped original is left as it is (the embedding may still read it).
+  Status to_q8(WeightView* w, const std::string& name);
 
  private:
   struct Mapping {
@@ -47,6 +52,10 @@ class MappedWeights {
   std::vector<Mapping> maps_;
   std::vector<std::string> paths_;
   std::map<std::string, TensorDesc> index_;
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> owned_;  // to_q8's copies
   Status find(const std::string& name, const TensorDesc** out) const;
 };
 

@@ -1,0 +1,195 @@
+// The matmul for Q8 weights (kernels/dtype.h) with AVX-512 VNNI: int8 × int8 dot products.
+//
+// As llama.cpp does for Q8_0, the step's activation rows are quantised once per call to int8 in
+// blocks of 32 (scale dx = max|x| / 127, q = round_half_even(x / dx)), and each 32-weight block's
+// integer dot product Σ qw·qx is scaled by dw·dx in f32. vpdpbusd multiplies unsigned by signed
+// bytes, so the weights are read as qw + 128 (one xor with 0x80 per 64 bytes) and the activations
+// as signed; the surplus 128·Σ qx of a block is known per token, so each accumulator starts at
+// minus it (16 per lane, 8 lanes per block) and the integer sum comes out exact.
+//
+// One zmm load covers two blocks (64 weights of one row); a k-step per (row, token) is one
+// vpdpbusd, one int→float conversion, one multiply for the two blocks' dw·dx and one FMA: 64
+// multiply-adds in 4 vector ops, where widening the weights to f32 (matmul-cpu.cc's tile path,
+// used where VNNI is missing) spends ~10 per 32 at batch 1 (measured in the README).
+//
+// Results differ from the f32 dot of x and the dequantised weights by the rounding of x to int8:
+// per block at most max|x_b|/254 · Σ_b |w| (the self-test's bound); exact for x that int8 blocks
+// represent.
+#include "cpu/intrinsics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cpu/cpu-device.h"
+#include "cpu/simd-config.h"
+
+namespace loom {
+
+#if LOOM_AVX512_VNNI
+
+namespace {
+
+// One quantised activation row (token) in the scratch: q [K64] int8 (zero past K), then per
+// block pair p: neg[p] [16] int32 (lanes 0-7: -16·Σ q of block 2p, lanes 8-15: of block 2p+1),
+// then dxv[p] [16] f32 (lanes 0-7: dx of block 2p, lanes 8-15: dx of block 2p+1; 0 past K).
+struct XqLayout {
+  int64_t K, npairs, k64, stride;
+  explicit XqLayout(int64_t k) : K(k), npairs((k / kQ8Block + 1) / 2), k64(npairs * 64), stride(k64 + npairs * 128) {}
+  const int32_t* neg(const uint8_t* row) const { return reinterpret_cast<const int32_t*>(row + k64); }
+  const float* dxv(const uint8_t* row) const { return reinterpret_cast<const float*>(row + k64 + npairs * 64); }
+};
+
+// Quantise one f32 row of K (a multiple of 32) into the layout above.
+void quantize_row(const float* x, const XqLayout& L, uint8_t* out) {
+  int8_t* q = reinterpret_cast<int8_t*>(out);
+  int32_t* neg = reinterpret_cast<int32_t*>(out + L.k64);
+  float* dxv = reinterpret_cast<float*>(out + L.k64 + L.npairs * 64);
+  const int64_t nb = L.K / kQ8Block;
+  for (int64_t b = 0; b < L.npairs * 2; b++) {
+    if (b >= nb) {  // the empty half of the last pair
+      std::fill(q + b * 32, q + b * 32 + 32, int8_t(0));
+      std::fill(neg + b * 8, neg + b * 8 + 8, 0);
+      std::fill(dxv + b * 8, dxv + b * 8 + 8, 0.0f);
+      continue;
+    }
+    const __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    // cvtps_epi32 rounds half to even (the default MXCSR mode), as quantize_q8_rows does.
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32), _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + b * 32 + 16), _mm512_cvtsepi32_epi8(q1));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(neg + b * 8), _mm256_set1_epi32(-16 * sum));
+    _mm256_storeu_ps(dxv + b * 8, _mm256_set1_ps(d));
+  }
+}
+
+// The micro-kernel. Semantics: for t < TN, r < kRows: out[t*kRows + r] =
+//   Σ_b dw[r,b] · dx[t,b] · Σ_{k in b} qw[r,k] · qx[t,k]
+// w: kRows Q8 rows (row length K), x: TN quantised rows (XqLayout). pf: bytes prefetched into
+// L1 one line per k-step from pf (a later block's rows; null: none).
+template <int TN>
+inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out, const char* pf,
+                   int64_t pf_step) {
+  __m512 acc[TN][kRows];
+#pragma GCC unroll 8
+  for (int t = 0; t < TN; t++) acc[t][0] = acc[t][1] = acc[t][2] = _mm512_setzero_ps();
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  // Two f16 scales (a 32-bit word) to 16 floats: lanes 0-7 the first, lanes 8-15 the second.
+  const __m256i spread = _mm256_set_epi16(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const int64_t K = L.K;
+  for (int64_t p = 0; p < L.npairs; p++) {
+    const int64_t k = p * 64;
+    const bool full = k + 64 <= K;  // else the last pair holds one block
+    if (pf) {
+      for (int64_t o = p * pf_step; o < (p + 1) * pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < kRows; r++) {
+      __m512i wv = full ? _mm512_loadu_si512(w[r] + k) : _mm512_maskz_loadu_epi8(__mmask64(0xffffffffull), w[r] + k);
+      wv = _mm512_xor_si512(wv, flip);
+      uint32_t sc;
+      if (full) {
+        std::memcpy(&sc, w[r] + K + p * 4, 4);
+      } else {
+        uint16_t s16;
+        std::memcpy(&s16, w[r] + K + p * 4, 2);
+        sc = s16;
+      }
+      const __m512 dwv = _mm512_cvtph_ps(_mm256_permutexvar_epi16(spread, _mm256_set1_epi32(int(sc))));
+      __asm__("" : "+v"(wv));
+#pragma GCC unroll 8
+      for (int t = 0; t < TN; t++) {
+        const __m512i s = _mm512_dpbusd_epi32(_mm512_loadu_si512(L.neg(x[t]) + p * 16), wv,
+                                              _mm512_loadu_si512(x[t] + k));
+        const __m512 scale = _mm512_mul_ps(dwv, _mm512_loadu_ps(L.dxv(x[t]) + p * 16));
+        acc[t][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t][r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TN; t++)
+    for (int r = 0; r < kRows; r++) out[t * kRows + r] = _mm512_reduce_add_ps(acc[t][r]);
+}
+
+void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out,
+               const char* pf, int64_t pf_step) {
+  switch (tn) {
+    case 8: dot_q8<8>(w, x, L, out, pf, pf_step); break;
+    case 7: dot_q8<7>(w, x, L, out, pf, pf_step); break;
+    case 6: dot_q8<6>(w, x, L, out, pf, pf_step); break;
+    case 5: dot_q8<5>(w, x, L, out, pf, pf_step); break;
+    case 4: dot_q8<4>(w, x, L, out, pf, pf_step); break;
+    case 3: dot_q8<3>(w, x, L, out, pf, pf_step); break;
+    case 2: dot_q8<2>(w, x, L, out, pf, pf_step); break;
+    default: dot_q8<1>(w, x, L, out, pf, pf_step); break;
+  }
+}
+
+// Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks).
+constexpr int64_t kQ8PrefetchBlocks = 2;
+
+}  // namespace
+
+// Every job's weights are Q8 with the same K (the jobs share x). Threads split the row blocks of
+// all jobs into contiguous runs, as the f32/16-bit matmul does; each block's rows are dotted
+// against every token, 8 at a time, while they sit in L1.
+void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
+  const XqLayout L(jobs[0].w.cols);
+  if (int64_t(xq_.size()) < T * L.stride + 64) xq_.resize(size_t(T * L.stride + 64));
+  uint8_t* xq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq_.data()) + 63) & ~uintptr_t(63));
+  pool_.run([&](int chunk, int nchunks) {
+    int64_t t0, t1;
+    split_range(T, nchunks, chunk, 1, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
+  });
+  blocks_.clear();
+  for (int j = 0; j < njobs; j++)
+    for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
+  const int64_t nblocks = int64_t(blocks_.size());
+  const int64_t* blocks = blocks_.data();
+  const int64_t row_bytes = q8_row_bytes(L.K);
+  pool_.run([&](int chunk, int nchunks) {
+    int64_t b0, b1;
+    split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
+    for (int64_t b = b0; b < b1; b++) {
+      const MatmulJob& job = jobs[blocks[b] >> 40];
+      const int64_t n0 = blocks[b] & ((int64_t(1) << 40) - 1);
+      const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
+      const uint8_t* base = static_cast<const uint8_t*>(job.w.data);
+      const uint8_t* w[kRows];
+      for (int i = 0; i < kRows; i++) w[i] = base + (n0 + std::min(i, nrows - 1)) * row_bytes;
+      // The rows kQ8PrefetchBlocks blocks ahead, spread over the first token tile's k-loop.
+      const char* pf = nullptr;
+      int64_t pf_step = 0;
+      if (b + kQ8PrefetchBlocks < b1) {
+        const MatmulJob& pj = jobs[blocks[b + kQ8PrefetchBlocks] >> 40];
+        const int64_t pn = blocks[b + kQ8PrefetchBlocks] & ((int64_t(1) << 40) - 1);
+        const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
+        pf = static_cast<const char*>(pj.w.data) + pn * row_bytes;
+        pf_step = (bytes + L.npairs * 64 - 1) / (L.npairs * 64) * 64;
+      }
+      for (int64_t t = 0; t < T; t += kMaxTokens) {
+        const int tn = int(std::min<int64_t>(kMaxTokens, T - t));
+        const uint8_t* xs[kMaxTokens];
+        for (int i = 0; i < kMaxTokens; i++) xs[i] = xq + std::min<int64_t>(t + i, T - 1) * L.stride;
+        float out[kMaxTokens * kRows];  // [tn, kRows]
+        dot_q8_tn(tn, w, xs, L, out, t == 0 ? pf : nullptr, pf_step);
+        for (int r = 0; r < tn; r++) {
+          float* y = job.y + (t + r) * job.ldy + n0;
+          for (int i = 0; i < nrows; i++) {
+            const float v = out[r * kRows + i] + (job.bias ? job.bias[n0 + i] : 0.0f);
+            y[i] = accumulate ? y[i] + v : v;
+          }
+        }
+      }
+    }
+  });
+}
+
+#endif  // LOOM_AVX512_VNNI
+
+}  // namespace loom
