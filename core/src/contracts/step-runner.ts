@@ -1,8 +1,13 @@
+import type { SamplingParams } from './sampling.ts'
+
 /**
- * Step-level backend: one forward pass over a mixed batch. The core's `BatchingEngine` owns
- * scheduling, the KV block allocator, sampling, stop rules, grammar masks and Medusa verification,
- * and drives any `StepRunner` through this contract. The native backend implements it with a
- * `cpu` device today and a `cuda` device next.
+ * Step-level backend: one forward pass over a mixed batch, sampled where its logits are. The
+ * core's `BatchingEngine` owns scheduling, the KV block allocator, sampling state, stop rules,
+ * grammar state and Medusa verification, and drives any `StepRunner` through this contract; the
+ * runner turns each row's logits into tokens by the rules of `RowSampling` (the engine's
+ * `TokenSampler` is the reference) and returns ids, never logits. The native backend implements
+ * it with `cpu` and `cuda` devices; `sampleOnHost` (core/src/engine/sampler/host-step-sampler.ts)
+ * does it for a runner that has logits in JS.
  *
  * KV cache model: the runner owns `kvBlockCount` blocks of `kvBlockSize` token slots per layer.
  * A sequence's cache index `c` lives in slot `blockTable[c / kvBlockSize] * kvBlockSize + c % kvBlockSize`.
@@ -38,8 +43,6 @@ export interface ModelSpec {
   readonly adapterSlots: number
   /** Largest LoRA rank a slot accepts. */
   readonly maxLoraRank: number
-  /** The runner honours `StepRow.medusaLeaf` (and returns `StepOutput.medusaLeaves`). */
-  readonly medusaLeaf?: boolean
 }
 
 /** Low-rank update of one projection: `y += scale · B (A x)`. */
@@ -79,11 +82,47 @@ export interface MedusaWeights {
   }[]
 }
 
+/**
+ * How a row's sampled positions choose their tokens: the engine's `TokenSampler` semantics
+ * (core/src/engine/sampler/token-sampler.ts is the reference every runner is held to, bit for
+ * bit), from a request's parameters and its sampling state as plain data.
+ *
+ * On a verification row (one with `treeMask`) every node is sampled as if the walk had reached it:
+ * node `i` at depth `d` draws from the stream after `draws + d` draws when the row samples
+ * (temperature > 0 and top-k ≠ 1; greedy rows draw nothing), and its penalty history is
+ * `penalties` plus one output occurrence of the token of each node on the path from the root's
+ * child down to `i` itself (the tokens the walk would have emitted before reaching `i`).
+ */
+export interface RowSampling {
+  readonly params: SamplingParams
+  /** `nextFloat` draws the request's random stream made before this step. */
+  readonly draws: number
+  /**
+   * `[2·k]` distinct `(id, output count)` pairs: every token the penalties look at (the prompt's
+   * and output's tokens for the repetition penalty; output tokens with their counts for the
+   * frequency and presence penalties; count 0 for a prompt-only token). Empty when no penalty is on.
+   */
+  readonly penalties: Int32Array
+  /**
+   * Grammar masks, `[positions, ceil(vocabSize / 32)]`: one per sampled position (a verification
+   * row: one per node, each for the constraint state at that node; a node the grammar can never
+   * reach may hold anything). Bit `v` of a position's mask set: token `v` may follow. Null: no constraint.
+   */
+  readonly allowed: Uint32Array | null
+  /**
+   * `[positions]` with `allowed`: 1 where the constraint has terminated, so only its allowed (eos)
+   * tokens may follow, and an allowed token the model scored -Infinity becomes 0 (still choosable).
+   */
+  readonly terminated: Uint8Array | null
+  /** Raw top logprobs to report with each sampled token, 0..`StepBatch.topLogprobs`. */
+  readonly topLogprobs: number
+}
+
 /** One sequence's share of a step. All typed arrays are owned by the engine and read-only to the runner. */
 export interface StepRow {
   /** The engine's id for the sequence (stable across steps), for logs and runner-side caches. */
   readonly seqId: number
-  /** `[n]` token ids fed this step: a prefill chunk, one decode token, or 1 + Medusa candidates. */
+  /** `[n]` token ids fed this step: a prefill chunk, one decode token, or 1 + draft candidates. */
   readonly tokens: Int32Array
   /** `[n]` RoPE positions. Linear for prefill/decode; tree depth + offset for candidates. */
   readonly positions: Int32Array
@@ -92,28 +131,30 @@ export interface StepRow {
   /** Block ids covering cache indices `[0, cacheLen + n)`. */
   readonly blockTable: Int32Array
   /**
-   * `[n, n]` row-major 0/1: token `i` attends to new token `j` iff `treeMask[i*n + j]` (it always
-   * attends to all `cacheLen` committed entries). Absent: causal (`j <= i`).
+   * A verification row: `[n, n]` row-major 0/1, token `i` attends to new token `j` iff
+   * `treeMask[i*n + j]` (it always attends to all `cacheLen` committed entries); node 0 is the
+   * root and a node's parent is its nearest ancestor (the largest `j < i` it attends to). Absent:
+   * a causal row (`j <= i`).
    */
   readonly treeMask?: Uint8Array
   /** Adapter slot for every token of this row, or -1 for the base model. */
   readonly loraSlot: number
-  /** Indices into `tokens` whose next-token logits are returned, ascending. */
-  readonly logitIndices: Int32Array
-  /** Medusa slot whose heads run on the hidden states at `medusaIndices`, or -1. */
-  readonly medusaSlot: number
-  /** Indices into `tokens` whose Medusa head logits are returned (empty unless `medusaSlot >= 0`). */
-  readonly medusaIndices: Int32Array
   /**
-   * Greedy leaf (only where `ModelSpec.medusaLeaf`): instead of `medusaIndices` (which must be
-   * empty), run the heads at one node, where a greedy walk of the row's tree stops: from token 0,
-   * move to the child (nearest-ancestor relation of `treeMask`; a causal row is a chain) whose
-   * token is the node's logits argmax, until none is. `logitIndices` must be every token. The
-   * row's head block is `[1, numHeads, vocabSize]` and `StepOutput.medusaLeaves` names the node.
-   * For a verification row of plain greedy decoding, that node is where the engine's own walk
-   * stops, so the heads run once instead of at every node where the walk might stop.
+   * Null: the row samples nothing (a prefill chunk that does not reach the prompt's end). Else a
+   * causal row samples the token after its last position, and a verification row samples at every
+   * node; the runner then walks the tree (see `StepOutput.walkEnds`).
    */
-  readonly medusaLeaf?: boolean
+  readonly sampling: RowSampling | null
+  /**
+   * Prompt logprobs: `[n]` (or empty: none), for each position the token whose raw log-softmax is
+   * wanted there (the next prompt token), -1 for none. A sampled position is never scored.
+   */
+  readonly scoreTargets: Int32Array
+  /**
+   * Medusa slot whose heads run where the row's sampling ends, or -1: at the last token of a causal
+   * row, at the walk's end node of a verification row. Only with `sampling`.
+   */
+  readonly medusaSlot: number
 }
 
 /**
@@ -129,41 +170,43 @@ export interface KvCopy {
 export interface StepBatch {
   readonly rows: readonly StepRow[]
   readonly kvCopies: readonly KvCopy[]
-  /**
-   * Optional: how many best ids per Medusa head row the engine's drafts take; a runner may then
-   * return them in `StepOutput.medusaTopIds` so the engine need not scan the rows.
-   */
-  readonly medusaTopK?: number
+  /** Width of `StepOutput.topIds`: the largest `topLogprobs` of the rows' sampling (0..20). */
+  readonly topLogprobs: number
+  /** Best ids returned per Medusa head (`StepOutput.draftIds`); at least 1 when a row has heads. */
+  readonly draftTopK: number
 }
 
 /**
- * What a step returns. A runner may reuse these arrays for its next step (the native runner does:
- * on a small model, allocating them every step costs as much as the step), so read them before
- * calling `step` again.
+ * What a step returns: chosen tokens, never logits (at vocabulary 128k and batch 64, logits are
+ * 32 MB a step; the sampler runs where they are). A runner may reuse these arrays for its next
+ * step (the native runner does), so read them before calling `step` again.
  */
 export interface StepOutput {
-  /** `[Σ rows' logitIndices.length, vocabSize]`, rows in batch order. */
-  readonly logits: Float32Array
-  /** `[Σ rows' medusaIndices.length, numHeads, vocabSize]`, rows in batch order; empty when unused. */
-  readonly medusaLogits: Float32Array
   /**
-   * Optional `[Σ rows' logitIndices.length]`: each logits row's `log Σ exp` (its log-softmax
-   * normaliser), for a runner that computes it cheaply where the logits are; the engine computes
-   * it itself when absent.
+   * `[S]`: the token chosen at every sampled position, rows in batch order (a causal row with
+   * sampling has 1, a verification row one per node); -1 where the mask and warpers left no token.
    */
-  readonly logNormalizers?: Float64Array
+  readonly tokens: Int32Array
+  /** `[S]` each chosen token's raw log-softmax (before penalties, mask, temperature and warpers); 0 for -1. */
+  readonly logprobs: Float32Array
   /**
-   * Optional `[Σ rows' logitIndices.length]`: each logits row's first maximum (NaN never chosen;
-   * -1 when no value is above -Infinity), which greedy decoding takes as is.
+   * `[S, StepBatch.topLogprobs]` the raw top logprobs of each sampled position by (logprob desc, id
+   * asc), its first `RowSampling.topLogprobs` entries filled, the rest (-1, 0).
    */
-  readonly argmax?: Int32Array
-  /** With `StepRow.medusaLeaf` rows: per row (batch order), the node its heads ran at; -1 for other rows. */
-  readonly medusaLeaves?: Int32Array
+  readonly topIds: Int32Array
+  readonly topLogprobs: Float32Array
+  /** `[Σ rows' scoreTargets ≥ 0]` the raw log-softmax of each scored target, rows and positions in order. */
+  readonly scores: Float32Array
   /**
-   * Optional, when the batch asked `medusaTopK`: `[Σ head rows, medusaTopK]`, each head row's best
-   * ids, best first, ties to the lower id (NaN never; -1 past a row's non-NaN values).
+   * `[rows]` for a verification row, the node where the sample-and-match walk stops: from the root,
+   * move to the first child whose token is the node's chosen token, until none is. -1 for other rows.
    */
-  readonly medusaTopIds?: Int32Array
+  readonly walkEnds: Int32Array
+  /**
+   * `[Σ rows with heads, heads of the row's slot, StepBatch.draftTopK]` each head's best ids at the
+   * row's sampling end, best first, ties to the lower id (-1 past a head's non-NaN values).
+   */
+  readonly draftIds: Int32Array
 }
 
 /**

@@ -15,6 +15,7 @@ import {
   LORA_MODULES,
   type KvCopy,
   type ModelSpec,
+  type StepBatch,
   type StepOutput,
   type StepRow,
   type StepRunner,
@@ -24,16 +25,15 @@ import { AdapterRegistry, type AdapterCacheStats } from './adapter-registry.ts'
 import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-options.ts'
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
-import { draftFromHeads } from './medusa/draft.ts'
+import { draftFromIds } from './medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
 import { lookupDraft, lookupTree, type PromptLookupOptions } from './medusa/prompt-lookup.ts'
 import { TreeFamily } from './medusa/tree-family.ts'
 import { AdaptiveTreePolicy, speculationKey } from './medusa/tree-policy.ts'
-import { headSpacing, type PlannedRow } from './row-builder.ts'
+import type { PlannedRow } from './row-builder.ts'
 import { SamplingState } from './sampler/sampling-state.ts'
-import { logSumExp } from './sampler/softmax.ts'
-import { TokenSampler } from './sampler/token-sampler.ts'
+import { StepResults, type RowOffsets } from './step-results.ts'
 import { BackendLifecycle } from '../lifecycle/backend-lifecycle.ts'
 import { Scheduler } from './scheduler.ts'
 import { SerialQueue } from './serial-queue.ts'
@@ -50,7 +50,6 @@ interface Loaded {
   readonly capabilities: BackendCapabilities
   readonly allocator: KvBlockAllocator
   readonly scheduler: Scheduler
-  readonly sampler: TokenSampler
   readonly adapters: AdapterRegistry
   /** Longest sequence (prompt + generated) allowed. */
   readonly contextLimit: number
@@ -255,14 +254,12 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       contextLimit,
       medusaSlotOf: (seq: Sequence) => (seq.request.speculator === null ? -1 : adapters.slotOf(seq.request.speculator)),
       policy: this.treePolicy,
-      greedyLeaf: spec.medusaLeaf === true,
     }
     this.loaded = {
       spec,
       capabilities,
       allocator,
-      scheduler: new Scheduler(allocator, this.limits, adapterSlotOf, speculation),
-      sampler: new TokenSampler(spec.vocabSize),
+      scheduler: new Scheduler(allocator, this.limits, spec.vocabSize, adapterSlotOf, speculation),
       adapters,
       contextLimit,
     }
@@ -459,19 +456,21 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
         const startedAt = this.now()
         for (const { seq } of plan.rows) seq.firstScheduledAt ??= startedAt
         let output: StepOutput | null = null
+        let batch: StepBatch | null = null
         try {
           const kvCopies: KvCopy[] = []
           for (const { kvCopy } of plan.rows) if (kvCopy !== null) kvCopies.push(kvCopy)
-          // Drafts take each head row's best ids: ask the runner for them when a row runs heads.
-          const heads = plan.rows.some(({ row }) => row.medusaSlot >= 0 && headNodes(row) > 0)
-          const batch = {
+          let topLogprobs = 0
+          for (const { row } of plan.rows) topLogprobs = Math.max(topLogprobs, row.sampling?.topLogprobs ?? 0)
+          batch = {
             rows: plan.rows.map((planned) => planned.row),
             kvCopies,
-            ...(heads && this.draftTopK > 0 ? { medusaTopK: this.draftTopK } : {}),
+            topLogprobs,
+            draftTopK: Math.max(1, this.draftTopK),
           }
           const runStart = performance.now()
           try {
-            output = await this.runnerQueue.run(() => this.runner.step(batch))
+            output = await this.runnerQueue.run(() => this.runner.step(batch!))
           } finally {
             this.onStep?.({
               method: plan.rows.every(isDecodeRow) ? 'decode' : 'prefill',
@@ -485,7 +484,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
           this.failRows(plan.rows, err)
         }
         if (output !== null && !this.destroyed) {
-          this.consume(loaded, plan.rows, output)
+          this.consume(loaded, plan.rows, output, batch!)
           this.recordStepCost(plan.rows, performance.now() - stepStart)
         }
         // Let timers, I/O and new submits in, even with a runner that resolves instantly.
@@ -537,49 +536,30 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       const { seq, row, treeNodes } = planned
       tree ||= treeNodes > 0
       if (!isDecodeRow(planned)) return
-      const heads = row.medusaSlot >= 0 ? seq.request.speculator!.size : 0
-      work += row.tokens.length + heads * headNodes(row)
+      work += row.tokens.length + (row.medusaSlot >= 0 ? seq.request.speculator!.size : 0)
     }
     policy.recordStep(work, ms, tree)
   }
 
-  private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput): void {
-    const V = loaded.spec.vocabSize
-    let expected = 0
-    let expectedHeads = 0
-    for (const { seq, row } of rows) {
-      expected += row.logitIndices.length
-      if (row.medusaSlot >= 0) expectedHeads += headNodes(row) * seq.request.speculator!.size
-    }
-    if (output.logits.length !== expected * V) {
-      this.failRows(rows, new Error(`runner returned ${output.logits.length} logits; expected ${expected} × ${V}`))
+  private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput, batch: StepBatch): void {
+    const results = StepResults.check(rows, output, batch)
+    if (typeof results === 'string') {
+      this.failRows(rows, new Error(`runner returned ${results}`))
       return
     }
-    if (output.medusaLogits.length !== expectedHeads * V) {
-      this.failRows(
-        rows,
-        new Error(`runner returned ${output.medusaLogits.length} Medusa logits; expected ${expectedHeads} × ${V}`),
-      )
-      return
-    }
-    let offset = 0
-    let headOffset = 0
     for (const [rowIndex, planned] of rows.entries()) {
-      const { seq, row, chunk } = planned
-      const base = offset
-      const headBase = headOffset
-      offset += row.logitIndices.length * V
-      if (row.medusaSlot >= 0) headOffset += headNodes(row) * seq.request.speculator!.size * V
+      const { seq, chunk } = planned
+      const at = results.rowAt(rowIndex)
       // Cancelled (or failed) while the step ran: its blocks are already free.
       if (seq.state !== 'running') continue
       seq.cacheLen += chunk
       try {
-        if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, row.cacheLen, chunk, output, base, V)
+        if (planned.prefillLogits) this.gatherPrefillLogprobs(seq, planned.row.scoreTargets, output.scores, at.score)
         if (planned.treeNodes > 0) {
-          this.verify(loaded, planned, output, base, headBase, rowIndex)
+          this.verify(planned, results, at, output.walkEnds[rowIndex]!)
         } else if (planned.samples) {
-          this.sampleNext(loaded, seq, output, base + (row.logitIndices.length - 1) * V)
-          if (seq.drafter !== null) this.nextDraft(loaded, seq, planned, output, headBase, 0)
+          this.sampleNext(seq, results, at.sampled)
+          this.nextDraft(seq, planned, output, at.draft, batch.draftTopK)
         }
       } catch (err) {
         this.logger.error({ err, requestId: seq.request.id }, 'sampling failed')
@@ -589,50 +569,31 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
   }
 
   /**
-   * Keep the candidates of the heads at the row's `medusaIndices[at]` (shifted by `shift`, see
-   * `draftFromHeads`) for the next step, or drop a stale draft when the row asked for no head
-   * logits (speculation was off).
+   * The next draft of a row that keeps decoding: prompt lookup's, or its heads' best ids where its
+   * sampling ended (`StepOutput.draftIds` from `draftAt`); none when the row ran no heads (the
+   * policy chose plain decoding).
    */
-  private nextDraft(
-    loaded: Loaded,
-    seq: Sequence,
-    planned: PlannedRow,
-    output: StepOutput,
-    headBase: number,
-    at: number,
-    shift = 0,
-  ): void {
-    if (seq.state === 'running' && seq.drafter === 'prompt-lookup') {
+  private nextDraft(seq: Sequence, planned: PlannedRow, output: StepOutput, draftAt: number, k: number): void {
+    if (seq.state !== 'running') return
+    if (seq.drafter === 'prompt-lookup') {
       seq.draft = lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree)
       return
     }
-    if (seq.state !== 'running' || planned.row.medusaSlot < 0 || headNodes(planned.row) === 0) {
-      seq.draft = null
-      return
-    }
-    const heads = seq.request.speculator!.size
-    const V = loaded.spec.vocabSize
-    const { medusaLogits, medusaTopIds } = output
-    const topIds = medusaTopIds !== undefined ? { ids: medusaTopIds, k: this.draftTopK } : undefined
-    seq.draft = draftFromHeads(this.tree, heads, medusaLogits, headBase + at * heads * V, V, shift, topIds)
+    seq.draft =
+      planned.row.medusaSlot < 0
+        ? null
+        : draftFromIds(this.tree, seq.request.speculator!.size, output.draftIds, draftAt, k)
   }
 
   /**
-   * Sample-and-match over a verification row (see the class comment): walk from the root, choosing
-   * each token as plain decoding would and following the child that carries it. Stop rules apply
-   * to every token, so a run can end inside the accepted branch. The accepted nodes' cache
-   * entries are queued for compaction; the heads at the last node give the next draft.
+   * Sample-and-match over a verification row (see the class comment): walk from the root, taking
+   * each node's token as the runner sampled it (as plain decoding would choose it there) and
+   * following the child that carries it. Stop rules apply to every token, so a run can end inside
+   * the accepted branch. The accepted nodes' cache entries are queued for compaction; the heads at
+   * the walk's end (the runner walked the same way: `walkEnd`) give the next draft.
    */
-  private verify(
-    loaded: Loaded,
-    planned: PlannedRow,
-    output: StepOutput,
-    base: number,
-    headBase: number,
-    rowIndex: number,
-  ): void {
+  private verify(planned: PlannedRow, results: StepResults, at: RowOffsets, walkEnd: number): void {
     const { seq, row, treeNodes } = planned
-    const V = loaded.spec.vocabSize
     const subTree = planned.subTree!
     const { tree } = subTree
     const emitted: GeneratedToken[] = []
@@ -641,7 +602,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     let ending: BackendFinishReason | null = null
     let failed = false
     for (;;) {
-      const token = this.sampleOne(loaded, seq, output, base + node * V)
+      const token = this.take(seq, results, at.sampled + node)
       if (token === 'done' || token === 'none') {
         // The tokens already chosen go out before the ending.
         if (token === 'done') ending = 'eos_token'
@@ -649,9 +610,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
         break
       }
       emitted.push(emitted.length === 0 ? token : { ...token, skipped: true })
-      seq.tokens.push(token.id)
-      seq.generated++
-      ending = this.stopReason(loaded, seq, token.id)
+      ending = this.stopReason(seq, token.id)
       if (ending !== null) break
       let next = -1
       for (const child of tree.children[node]!) {
@@ -681,43 +640,23 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     })
     seq.cacheLen += accepted.length
     seq.pendingCopy = from.length > 0 ? { from, to } : null
-    if (seq.drafter === 'prompt-lookup') return this.nextDraft(loaded, seq, planned, output, headBase, 0)
-    if (row.medusaLeaf) {
-      // The runner ran the heads where its greedy walk stopped: the same node as this walk for a
-      // plain greedy row. Should they differ, the next step decodes without a draft.
-      if (output.medusaLeaves?.[rowIndex] === node) this.nextDraft(loaded, seq, planned, output, headBase, 0)
-      else seq.draft = null
+    if (walkEnd !== node && seq.drafter === 'medusa') {
+      // The runner's walk must end where this one does (both follow the same sampled tokens);
+      // should they differ, its heads ran elsewhere: decode the next step without a draft.
+      this.logger.warn({ requestId: seq.request.id, walkEnd, node }, 'runner walk ended at another node')
+      seq.draft = null
       return
     }
-    // Heads ran only on the tree's rank-0 chain, every `spacing`-th node of it: draft from the
-    // deepest of them on the accepted path.
-    const spacing = headSpacing(seq.request.speculator!.size, tree.depth[treeNodes - 1]!)
-    const at = Math.floor(tree.depth[tree.headAncestor[node]!]! / spacing)
-    this.nextDraft(loaded, seq, planned, output, headBase, at, tree.depth[node]! - at * spacing)
+    this.nextDraft(seq, planned, results.output, at.draft, results.draftTopK)
   }
 
-  /** Logprob of prompt token `p + 1` from the logits at position `p`, for every position of the chunk. */
-  private gatherPrefillLogprobs(
-    seq: Sequence,
-    start: number,
-    chunk: number,
-    output: StepOutput,
-    base: number,
-    V: number,
-  ): void {
-    const { logits, logNormalizers } = output
+  /** Logprob of prompt token `p + 1` at every position `p` of the chunk that has one (`scoreTargets`). */
+  private gatherPrefillLogprobs(seq: Sequence, targets: Int32Array, scores: Float32Array, at: number): void {
     const out = seq.prefillTokens!
-    for (let i = 0; i < chunk; i++) {
-      const target = start + i + 1
-      if (target >= seq.promptLength) break
-      const rowOffset = base + i * V
-      const id = seq.tokens[target]!
-      const logNorm = logNormalizers?.[rowOffset / V] ?? logSumExp(logits, rowOffset, V)
-      out.push({ id, logprob: logits[rowOffset + id]! - logNorm })
-    }
+    for (const id of targets) if (id >= 0) out.push({ id, logprob: scores[at++]! })
   }
 
-  private sampleNext(loaded: Loaded, seq: Sequence, output: StepOutput, offset: number): void {
+  private sampleNext(seq: Sequence, results: StepResults, at: number): void {
     if (!seq.prefillDone) {
       seq.prefillDone = true
       if (seq.prefillTokens !== null) {
@@ -725,41 +664,37 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
         seq.prefillTokens = null
       }
     }
-    const token = this.sampleOne(loaded, seq, output, offset)
+    const token = this.take(seq, results, at)
     if (token === 'done') return this.finish(seq, 'eos_token')
     if (token === 'none') return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
-    seq.tokens.push(token.id)
-    seq.generated++
     seq.channel.push({ type: 'tokens', tokens: [token] })
-    const ending = this.stopReason(loaded, seq, token.id)
+    const ending = this.stopReason(seq, token.id)
     if (ending !== null) this.finish(seq, ending)
   }
 
-  /** Choose the token at one position (see `Sampled`); records it in the sampler state and constraint. */
-  private sampleOne(loaded: Loaded, seq: Sequence, output: StepOutput, offset: number): Sampled {
-    const request = seq.request
-    const rowIndex = offset / loaded.spec.vocabSize
-    const logNorm = output.logNormalizers?.[rowIndex]
-    const best = output.argmax?.[rowIndex]
-    const outcome = loaded.sampler.sample({
-      logits: output.logits,
-      offset,
-      ...(logNorm !== undefined ? { logNorm } : {}),
-      ...(best !== undefined ? { argmax: best } : {}),
-      state: seq.sampling,
-      constraint: seq.constraint,
-      eosTokenIds: request.eosTokenIds,
-      topLogprobs: request.topLogprobs,
-    })
-    if (outcome.kind === 'constraint_done') return 'done'
-    if (outcome.kind === 'no_token_allowed') return 'none'
-    return outcome.token
+  /**
+   * Take the token the runner sampled at position `at` (see `Sampled`) and commit it to the
+   * sequence: its tokens, sampling state (penalty history, draws) and output constraint.
+   */
+  private take(seq: Sequence, results: StepResults, at: number): Sampled {
+    const { constraint, request } = seq
+    // A terminated grammar without an eos token has nothing more to say (the runner saw an empty mask).
+    if (constraint?.isTerminated() === true && request.eosTokenIds.length === 0) return 'done'
+    const token = results.token(at, request.topLogprobs)
+    if (token === null) return 'none'
+    if (constraint !== null && !constraint.isTerminated()) constraint.accept(token.id)
+    seq.sampling.record(token.id)
+    seq.sampling.draws += seq.sampling.drawsPerToken
+    seq.tokens.push(token.id)
+    seq.generated++
+    return token
   }
 
   /** Why the sequence must stop after generating `id`, or null to go on. */
-  private stopReason(loaded: Loaded, seq: Sequence, id: number): BackendFinishReason | null {
+  private stopReason(seq: Sequence, id: number): BackendFinishReason | null {
     if (seq.request.eosTokenIds.includes(id)) return 'eos_token'
-    if (seq.generated >= seq.request.maxNewTokens || seq.tokens.length >= loaded.contextLimit) return 'length'
+    if (seq.generated >= seq.request.maxNewTokens || seq.tokens.length >= this.requireLoaded().contextLimit)
+      return 'length'
     return null
   }
 
@@ -828,11 +763,6 @@ function generationError(err: unknown): LoomError {
   if (err instanceof LoomError && err.code === 'generation_error') return err
   const detail = err instanceof Error ? err.message : String(err)
   return new LoomError('generation_error', { detail }, { cause: err })
-}
-
-/** Positions whose Medusa head logits a row gets back: one for a greedy-leaf row. */
-function headNodes(row: StepRow): number {
-  return row.medusaLeaf ? 1 : row.medusaIndices.length
 }
 
 /** A row that decodes (one new token, or a Medusa candidate tree) rather than prefilling a prompt. */

@@ -3,7 +3,6 @@ import type { KvBlockAllocator } from './kv-block-allocator.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
 import type { AdaptiveTreePolicy, PolicyGroup } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
-import { penaltiesActive } from './sampler/penalties.ts'
 import type { Sequence } from './sequence.ts'
 
 export interface SchedulerLimits {
@@ -36,11 +35,6 @@ export interface SchedulerSpeculation {
   readonly medusaSlotOf: (seq: Sequence) => number
   /** Picks each key's tree size every step from measured costs; null: the largest tree that fits. */
   readonly policy: AdaptiveTreePolicy | null
-  /**
-   * The runner can run the heads at the greedy walk's last node only (`StepRow.medusaLeaf`):
-   * verification rows of plain greedy requests ask for that instead of heads along the chain.
-   */
-  readonly greedyLeaf?: boolean
 }
 
 /** What the next step should run, and the sequences that can never run. */
@@ -79,6 +73,8 @@ export interface StepPlan {
 export class Scheduler {
   private readonly allocator: KvBlockAllocator
   private readonly limits: SchedulerLimits
+  /** Model vocabulary: the width of a row's grammar masks. */
+  private readonly vocabSize: number
   private readonly adapterSlotOf: AdapterSlotOf
   private readonly speculation: SchedulerSpeculation | null
   private plans = 0
@@ -92,11 +88,13 @@ export class Scheduler {
   constructor(
     allocator: KvBlockAllocator,
     limits: SchedulerLimits,
+    vocabSize: number,
     adapterSlotOf: AdapterSlotOf = () => -1,
     speculation: SchedulerSpeculation | null = null,
   ) {
     this.allocator = allocator
     this.limits = limits
+    this.vocabSize = vocabSize
     this.adapterSlotOf = adapterSlotOf
     this.speculation = speculation
   }
@@ -208,8 +206,8 @@ export class Scheduler {
       const tree = trees?.get(seq)
       rows.push(
         tree !== undefined
-          ? buildTreeRow(seq, tree.subTree, tree.nodes, speculation!.greedyLeaf === true && plainGreedy(seq))
-          : buildRow(seq, 1, heads(seq)),
+          ? buildTreeRow(seq, tree.subTree, tree.nodes, this.vocabSize)
+          : buildRow(seq, 1, this.vocabSize, heads(seq)),
       )
     }
 
@@ -221,7 +219,7 @@ export class Scheduler {
       const chunk = Math.min(seq.pending, budget, room)
       if (chunk <= 0) continue
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, heads(seq)))
+      rows.push(buildRow(seq, chunk, this.vocabSize, heads(seq)))
       budget -= chunk
     }
 
@@ -245,7 +243,7 @@ export class Scheduler {
       this.running.push(seq)
       const chunk = Math.min(seq.pending, budget)
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, heads(seq)))
+      rows.push(buildRow(seq, chunk, this.vocabSize, heads(seq)))
       budget -= chunk
     }
     return rows
@@ -278,17 +276,16 @@ export class Scheduler {
     if (policy === null) {
       for (const [key, family] of families) subTrees.set(key, family.full)
     } else {
-      const groups = new Map<string, { key: string; rows: number; depth: number; heads: number; greedyLeaf: boolean }>()
+      const groups = new Map<string, { key: string; rows: number; depth: number; heads: number }>()
       for (const seq of waiting) {
         let g = groups.get(seq.policyKey)
         if (g === undefined) {
           const heads = seq.drafter === 'medusa' ? seq.request.speculator!.size : 0
-          g = { key: seq.policyKey, rows: 0, depth: 0, heads, greedyLeaf: heads > 0 && speculation.greedyLeaf === true }
+          g = { key: seq.policyKey, rows: 0, depth: 0, heads }
           groups.set(seq.policyKey, g)
         }
         g.rows++
         g.depth = Math.max(g.depth, seq.draft!.depth)
-        g.greedyLeaf &&= plainGreedy(seq)
       }
       const list: PolicyGroup[] = [...groups.values()]
       const others = decoders.length - waiting.length
@@ -371,13 +368,4 @@ export class Scheduler {
     if (seq.blocks.length > 0) this.allocator.release(seq.blocks)
     seq.blocks = []
   }
-}
-
-/**
- * Decoding whose next token is the raw logits' argmax: temperature 0 (or top-k 1), no penalties,
- * no output constraint. Its verification walk is the runner's greedy walk (`StepRow.medusaLeaf`).
- */
-export function plainGreedy(seq: Sequence): boolean {
-  const { sampling, grammar } = seq.request
-  return grammar === null && !penaltiesActive(sampling) && (sampling.temperature === 0 || sampling.topK === 1)
 }

@@ -7,6 +7,7 @@ import type {
   StepRunner,
 } from '../../src/contracts/step-runner.ts'
 import { LoomError } from '../../src/errors/index.ts'
+import { HostStepSampler } from '../../src/engine/sampler/host-step-sampler.ts'
 
 /**
  * A deterministic StepRunner for engine tests. It keeps a real paged "KV cache" of token ids, so
@@ -49,11 +50,12 @@ export interface RecordedRow {
   readonly positions: number[]
   readonly cacheLen: number
   readonly loraSlot: number
-  readonly logitIndices: number[]
+  /** The row sampled (its last token, or every node of a tree row). */
+  readonly sampled: boolean
+  readonly scoreTargets: number[]
   readonly blockTable: number[]
   readonly treeMask: number[] | null
   readonly medusaSlot: number
-  readonly medusaIndices: number[]
 }
 
 export interface RecordedCopy {
@@ -142,6 +144,7 @@ export class FakeStepRunner implements StepRunner {
   closeCalls = 0
   /** True while a step is executing (used to check steps never overlap adapter loads). */
   private busy = false
+  private readonly sampler: HostStepSampler
   private readonly options: FakeStepRunnerOptions
   /** Token id stored in each cache slot, and the sequence that wrote it (-1: never written). */
   private readonly kvTokens: Int32Array
@@ -170,6 +173,7 @@ export class FakeStepRunner implements StepRunner {
       adapterSlots: options.adapterSlots ?? 4,
       maxLoraRank: options.maxLoraRank ?? 64,
     }
+    this.sampler = new HostStepSampler(this.spec.vocabSize)
     this.loadedWeights = Array.from({ length: this.spec.adapterSlots }, () => null)
     this.kvTokens = new Int32Array(kvBlockCount * kvBlockSize).fill(-1)
     this.kvOwner = new Int32Array(kvBlockCount * kvBlockSize).fill(-1)
@@ -208,11 +212,11 @@ export class FakeStepRunner implements StepRunner {
           positions: [...row.positions],
           cacheLen: row.cacheLen,
           loraSlot: row.loraSlot,
-          logitIndices: [...row.logitIndices],
+          sampled: row.sampling !== null,
+          scoreTargets: [...row.scoreTargets],
           blockTable: [...row.blockTable],
           treeMask: row.treeMask === undefined ? null : [...row.treeMask],
           medusaSlot: row.medusaSlot,
-          medusaIndices: [...row.medusaIndices],
         })),
       )
       this.copies.push(batch.kvCopies.map((c) => ({ blockTable: [...c.blockTable], from: [...c.from], to: [...c.to] })))
@@ -249,14 +253,8 @@ export class FakeStepRunner implements StepRunner {
         this.kvOwner[to] = this.kvOwner[from]!
       }
     }
-    let logitRows = 0
-    let headRows = 0
-    for (const row of batch.rows) {
-      logitRows += row.logitIndices.length
-      if (row.medusaSlot >= 0) headRows += row.medusaIndices.length * this.headsOf(row.medusaSlot)
-    }
-    const logits = new Float32Array(logitRows * V)
-    const medusaLogits = new Float32Array(headRows * V)
+    const rowHashes: Uint32Array[] = []
+    const rowSalts: number[] = []
     const blocksInBatch = new Map<number, number>()
     let out = 0
     let headOut = 0
@@ -309,26 +307,41 @@ export class FakeStepRunner implements StepRunner {
         this.kvTokens[slot] = row.tokens[i]!
         this.kvOwner[slot] = row.seqId
       }
+      rowHashes.push(hashes)
+      rowSalts.push(salt)
       let prev = -1
-      for (const i of row.logitIndices) {
-        if (i <= prev || i >= n) this.violations.push(`${where}: bad logitIndices`)
+      for (const [i, target] of row.scoreTargets.entries()) {
+        if (target >= V) this.violations.push(`${where}: score target ${target} outside the vocabulary`)
+        if (target >= 0 && row.sampling !== null && i === n - 1)
+          this.violations.push(`${where}: sampled position scored`)
         prev = i
-        fakeLogitsFromHash(hashes[i]!, salt, V, logits, out * V)
-        out++
       }
+      if (row.scoreTargets.length !== 0 && row.scoreTargets.length !== n)
+        this.violations.push(`${where}: scoreTargets not [n]`)
+      void prev
       if (row.medusaSlot >= 0) {
-        const heads = this.headsOf(row.medusaSlot)
-        if (heads === 0) this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
-        for (const i of row.medusaIndices) {
-          if (i < 0 || i >= n) this.violations.push(`${where}: bad medusaIndices`)
-          for (let head = 0; head < heads; head++) {
-            this.headLogits(hashes[i] ?? 0, salt, head, medusaLogits, headOut * V, row.loraSlot >= 0)
-            headOut++
-          }
-        }
-      } else if (row.medusaIndices.length > 0) this.violations.push(`${where}: medusaIndices without a slot`)
+        if (this.headsOf(row.medusaSlot) === 0)
+          this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
+        if (row.sampling === null) this.violations.push(`${where}: heads on a row that samples nothing`)
+      }
     }
-    return { logits, medusaLogits }
+    const scratch = new Float32Array(V)
+    const heads = new Float32Array(V * 8)
+    return this.sampler.sample(batch, {
+      logits: (r, i) => {
+        fakeLogitsFromHash(rowHashes[r]![i]!, rowSalts[r]!, V, scratch)
+        return { data: scratch, offset: 0 }
+      },
+      heads: (r, i) => {
+        const row = batch.rows[r]!
+        const count = this.headsOf(row.medusaSlot)
+        const out = count * V <= heads.length ? heads : new Float32Array(count * V)
+        for (let head = 0; head < count; head++)
+          this.headLogits(rowHashes[r]![i] ?? 0, rowSalts[r]!, head, out, head * V, row.loraSlot >= 0)
+        return { data: out, offset: 0 }
+      },
+      headCount: (slot) => this.headsOf(slot),
+    })
   }
 
   private headsOf(slot: number): number {

@@ -1,47 +1,11 @@
 import t from 'tap'
-import { draftFromHeads } from '../../src/engine/medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
 import { TreeFamily } from '../../src/engine/medusa/tree-family.ts'
 import { AdaptiveTreePolicy } from '../../src/engine/medusa/tree-policy.ts'
-import { headSpacing } from '../../src/engine/row-builder.ts'
 import { fakeGreedy } from './fake-step-runner.ts'
 import { collect, idsOf, localMedusa, makeRequest, startEngine } from './engine-fixtures.ts'
 
 const V = 64
-
-t.test('head nodes: the root and the rank-0 chain; every node maps to its deepest one', async (t) => {
-  const tree = new MedusaTree([[1], [0], [0, 0], [1, 0], [0, 1], [0, 0, 0]])
-  // Sorted: 1 [0], 2 [1], 3 [0,0], 4 [0,1], 5 [1,0], 6 [0,0,0]
-  t.same([...tree.headNodes], [0, 1, 3, 6])
-  t.same([...tree.headAncestor], [0, 1, 0, 3, 1, 0, 6])
-  t.equal(tree.headNodesWithin(4), 3)
-  t.equal(tree.headNodesWithin(1), 1)
-  t.equal(tree.nodeOf.get('0,1'), 4)
-  t.equal(tree.paths[5], '1,0')
-})
-
-t.test('head spacing: heads at every g-th chain node keep drafts as deep as the tree', async (t) => {
-  t.equal(headSpacing(4, 4), 1)
-  t.equal(headSpacing(4, 3), 2)
-  t.equal(headSpacing(4, 2), 3)
-  t.equal(headSpacing(4, 1), 4)
-  t.equal(headSpacing(2, 4), 1, 'fewer heads than the tree is deep: every chain node')
-})
-
-t.test('a shifted draft uses the later heads and is shallower', async (t) => {
-  const tree = new MedusaTree([[0], [0, 0]])
-  const logits = new Float32Array(3 * 4)
-  logits.set([9, 0, 0, 0], 0) // head 0: 0
-  logits.set([0, 9, 0, 0], 4) // head 1: 1
-  logits.set([0, 0, 9, 0], 8) // head 2: 2
-  const plain = draftFromHeads(tree, 3, logits, 0, 4)
-  t.same([...plain.tokens], [0, 0, 1])
-  const shifted = draftFromHeads(tree, 3, logits, 0, 4, 1)
-  t.same([...shifted.tokens], [0, 1, 2])
-  t.equal(shifted.depth, 2)
-  t.equal(draftFromHeads(tree, 3, logits, 0, 4, 2).depth, 1)
-  t.equal(draftFromHeads(tree, 3, logits, 0, 4, 3).depth, 0, 'no heads left: no draft')
-})
 
 t.test('tree family: the list order when it is ancestor-closed, else the sorted order', async (t) => {
   const full = new MedusaTree(DEFAULT_MEDUSA_CHOICES)
@@ -72,7 +36,7 @@ function onePolicy(): {
   return {
     policy,
     family,
-    choose: (rows, depth, heads) => policy.choose([{ key: 'k', rows, depth, heads, greedyLeaf: false }])[0]!,
+    choose: (rows, depth, heads) => policy.choose([{ key: 'k', rows, depth, heads }])[0]!,
     wantsHeads: () => policy.wantsHeads('k'),
   }
 }
@@ -115,9 +79,10 @@ t.test(
     const askedAt = (n: number): number[] =>
       Array.from({ length: n }, () => perToken.wantsHeads()).flatMap((ask, i) => (ask ? [i] : []))
     // No tree can pay even with optimistic acceptance: the heads are asked only once the try's
-    // cost (a heads step and a small tree, in plain steps) is 1% of the plain steps between tries.
+    // cost (a heads step and a small tree, in plain steps) is 1% of the plain steps between tries
+    // (a few hundred: the heads run once per row, so a try costs about four plain steps).
     const asked = askedAt(2048)
-    t.ok(asked.length >= 1 && asked.length <= 4, `plain rows skip the heads but for rare tries (${asked.join(', ')})`)
+    t.ok(asked.length >= 1 && asked.length <= 6, `plain rows skip the heads but for rare tries (${asked.join(', ')})`)
     t.ok(asked[0]! >= 255, `no try within the first 256 plain steps (first at ${asked[0]})`)
     t.equal(perToken.choose(1, 4, heads), 1, 'back with a draft: one small tree to refresh the estimates')
     t.ok(perToken.wantsHeads(), 'a tree was chosen: heads again')
@@ -171,7 +136,7 @@ t.test('the policy per key: adapter traffic never changes what base rows get', a
   train(alone, aloneFamily, 1, 0.01, () => true, base)
   train(mixed, mixedFamily, 1, 0.01, () => true, base)
   train(mixed, loraFamily, 1, 0.01, (n) => n === 1, lora)
-  const group = (key: string) => ({ key, rows: 1, depth: 4, heads, greedyLeaf: false })
+  const group = (key: string) => ({ key, rows: 1, depth: 4, heads })
   for (let i = 0; i < 40; i++) {
     const [k] = alone.choose([group(base)])
     const [kMixed] = mixed.choose([group(base)])
@@ -224,7 +189,7 @@ t.test('the whole step: per-token costs at batch 8 switch speculation off unless
     )
     return policy
   }
-  const group = (rows: number) => ({ key, rows, depth: 4, heads, greedyLeaf: false })
+  const group = (rows: number) => ({ key, rows, depth: 4, heads })
   t.ok(trained().choose([group(1)])[0]! >= 1, 'batch 1: a small tree pays')
   t.equal(trained().choose([group(8)])[0], 0, 'batch 8: the step costs per token, the tree does not pay')
   t.equal(trained().choose([group(1)], 7)[0], 0, 'one speculating row among 7 plain ones: it would slow them')
@@ -260,7 +225,7 @@ t.test('steady state at batch 8 with the demo model costs: no speculative work; 
     let plain = 0
     let firstTree = -1
     for (let i = 0; i < steps; i++) {
-      const k = draft ? policy.choose([{ key, rows, depth: heads, heads, greedyLeaf: true }])[0]! : 0
+      const k = draft ? policy.choose([{ key, rows, depth: heads, heads }])[0]! : 0
       let work: number
       if (k > 0) {
         const sub = family.get(k)

@@ -3,7 +3,7 @@ import type { AdapterHandle } from '../../src/contracts/adapter.ts'
 import type { TokenConstraint } from '../../src/contracts/grammar.ts'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
-import { draftFromHeads, topK } from '../../src/engine/medusa/draft.ts'
+import { draftFromIds, topK } from '../../src/engine/medusa/draft.ts'
 import { resolveSpeculator } from '../../src/engine/medusa/speculator-rules.ts'
 import { adapterSalt, fakeGreedy, type FakeStepRunner, type RecordedRow } from './fake-step-runner.ts'
 import {
@@ -58,24 +58,17 @@ t.test('draft: head d top-k fills depth d + 1 by rank', async (t) => {
   t.same([...topK(Float32Array.of(7, NaN, 2, 9, 9), 1, 4, 1)], [2], 'k = 1: NaN skipped, offset respected')
   t.same([...topK(Float32Array.of(NaN, -Infinity, -Infinity), 0, 3, 1)], [1], 'k = 1: all -Infinity: the first')
   const tree = new MedusaTree([[0], [1], [0, 0], [0, 1]])
-  const logits = new Float32Array(2 * 4)
-  logits.set([0, 9, 8, 1], 0) // head 0: 1, 2
-  logits.set([7, 0, 0, 6], 4) // head 1: 0, 3
-  const draft = draftFromHeads(tree, 2, logits, 0, 4)
+  // Heads' best ids, [heads, k]: head 0 proposes 1, 2; head 1 proposes 0, 3.
+  const ids = Int32Array.of(1, 2, 0, 3)
+  const draft = draftFromIds(tree, 2, ids, 0, 2)
   t.same([...draft.tokens], [0, 1, 2, 0, 3])
   t.equal(draft.depth, 2)
-  t.equal(draftFromHeads(tree, 1, logits, 0, 4).depth, 1, 'one head: depth 1 only')
-  // A chain proposes one candidate per head: given the rows' top-1 ids, the draft takes them.
+  t.equal(draftFromIds(tree, 1, ids, 0, 2).depth, 1, 'one head: depth 1 only')
+  t.same([...draftFromIds(tree, 1, ids, 0, 2).tokens], [0, 1, 2, 0, 0], 'one head: deeper nodes stay 0')
+  // A chain proposes one candidate per head; an offset selects a row's block; -1 (no id) proposes 0.
   const chain = new MedusaTree([[0], [0, 0]])
-  t.same([...draftFromHeads(chain, 2, logits, 0, 4).tokens], [0, 1, 0], 'scanned top-1s')
-  t.same(
-    [...draftFromHeads(chain, 2, logits, 0, 4, 0, { ids: Int32Array.of(2, 3), k: 1 }).tokens],
-    [0, 2, 3],
-    'given top-1s',
-  )
-  // Heads proposing two candidates take the rows' given best ids.
-  const given = { ids: Int32Array.of(2, 1, 3, 0), k: 2 }
-  t.same([...draftFromHeads(tree, 2, logits, 0, 4, 0, given).tokens], [0, 2, 1, 3, 0], 'given top-2s')
+  t.same([...draftFromIds(chain, 2, Int32Array.of(9, 9, 2, 3), 2, 1).tokens], [0, 2, 3], 'top-1s from an offset')
+  t.same([...draftFromIds(chain, 2, Int32Array.of(5, -1), 0, 1).tokens], [0, 5, 0], 'an empty rank proposes 0')
 })
 
 t.test('greedy with Medusa equals greedy decoding, whatever the heads propose', async (t) => {
@@ -135,7 +128,7 @@ t.test(
     )
     t.same(idsOf(events), fakeGreedy([1, 2, 3, 4], -1, V, 9))
     const [prefill, ...rest] = runner.batches.map((rows) => rows[0]!)
-    t.same(prefill!.medusaIndices, [3], 'the prefill asks for heads at its last position')
+    t.ok(prefill!.sampled, 'the prefill samples at its last position, where its heads run')
     t.ok(prefill!.medusaSlot >= 0)
     const tree = rest.filter((row) => row.treeMask !== null)
     t.ok(tree.length >= 2)
@@ -149,10 +142,8 @@ t.test(
         [0, 1, 1, 2, 2].slice(0, n).map((d) => row.cacheLen + d),
       )
       t.same(row.treeMask, n === 5 ? full : [1, 0, 0, 1, 1, 0, 1, 0, 1])
-      t.same(row.logitIndices, [0, 1, 2, 3, 4].slice(0, n))
-      // Two heads, depth 2: every chain node (0, 1 [0], 3 [0, 0]); depth 1: the root's heads
-      // leave a draft of depth 1 wherever the walk stops (see `headSpacing`).
-      t.same(row.medusaIndices, n === 5 ? [0, 1, 3] : [0])
+      t.ok(row.sampled, 'a verification row samples every node')
+      t.ok(row.medusaSlot >= 0, 'its heads run where the walk ends')
     }
     // Oracle heads: top-1 is always right, so the accepted path is nodes 1 ([0]) then 3 ([0, 0]):
     // node 3's entry (cacheLen + 3) moves to cacheLen + 2 before the next step.

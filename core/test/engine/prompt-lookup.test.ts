@@ -54,7 +54,7 @@ t.test('prompt lookup in mixed batches: lossless beside Medusa rows and adapters
   const lookupTrees = lookup.runner.batches.flat().filter((row) => row.treeMask !== null && !medusaSeqs.has(row.seqId))
   t.ok(lookupTrees.length > 0, `rows without heads verified lookup drafts (${lookupTrees.length})`)
   t.ok(
-    lookupTrees.every((row) => row.medusaSlot < 0 && row.medusaIndices.length === 0),
+    lookupTrees.every((row) => row.medusaSlot < 0),
     'lookup rows ask for no heads',
   )
   t.ok(

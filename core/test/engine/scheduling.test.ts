@@ -15,7 +15,7 @@ t.test('greedy output equals the direct computation; prefill then decode rows', 
     [[3], [1], [1], [1], [1], [1]],
     'one prefill step, then one decode token per step (the last token is never fed)',
   )
-  t.same(runner.batches[0]![0]!.logitIndices, [2], 'logits only at the last prompt position')
+  t.equal(runner.batches[0]![0]!.sampled, true, 'the prompt row samples (at its last position)')
   t.same(runner.violations, [])
   t.same(engine.stats().kvBlocksFree, engine.stats().kvBlocksTotal, 'all blocks back')
   await engine.close()
@@ -55,13 +55,13 @@ t.test('long prompts are prefilled in chunks within maxBatchPrefillTokens', asyn
   t.same(idsOf(events), fakeGreedy(prompt, -1, V, 3))
   const rows = runner.batches.map((b) => b[0]!)
   t.same(
-    rows.slice(0, 3).map((r) => [r.cacheLen, r.tokens.length, r.logitIndices]),
+    rows.slice(0, 3).map((r) => [r.cacheLen, r.tokens.length, r.sampled]),
     [
-      [0, 4, []],
-      [4, 4, []],
-      [8, 2, [1]],
+      [0, 4, false],
+      [4, 4, false],
+      [8, 2, true],
     ],
-    'logit indices only on the last chunk',
+    'only the last chunk samples',
   )
   for (const batch of runner.batches) {
     const prefill = batch

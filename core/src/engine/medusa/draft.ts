@@ -12,38 +12,19 @@ export interface Draft {
 }
 
 /**
- * Build a draft from one position's Medusa head logits (`[heads, vocab]` starting at `offset`):
- * head `shift + d`'s top-k tokens (largest logit first, ties to the lower id) fill the nodes at
- * depth `d + 1` by their rank. `shift` > 0 drafts from the heads of a position `shift` tokens
- * before the one the draft follows (head `h` there predicts the token `h + 2` ahead of it), when
- * the heads were not computed at that position; the draft is then `shift` levels shallower.
- * `topIds`, when given, holds every `[vocabSize]` row's `k` best ids (`StepOutput.medusaTopIds`):
- * heads that propose up to `k` candidates take them instead of scanning their row.
+ * Build a draft from the Medusa heads at the position the draft follows: `ids` holds each head's
+ * `k` best ids from `offset` (`StepOutput.draftIds`: `[heads, k]`, best first); head `d`'s top
+ * candidates fill the nodes at depth `d + 1` by their rank.
  */
-export function draftFromHeads(
-  tree: MedusaTree,
-  heads: number,
-  logits: Float32Array,
-  offset: number,
-  vocabSize: number,
-  shift = 0,
-  topIds?: { readonly ids: Int32Array; readonly k: number },
-): Draft {
-  const depth = Math.max(0, Math.min(heads - shift, tree.maxDepth))
-  const top: Int32Array[] = []
-  for (let d = 0; d < depth; d++) {
-    const at = offset + (shift + d) * vocabSize
-    const k = tree.topKPerHead[d]!
-    const row = at / vocabSize
-    if (topIds !== undefined && k <= topIds.k) top.push(topIds.ids.subarray(row * topIds.k, row * topIds.k + k))
-    else top.push(topK(logits, at, vocabSize, k))
-  }
+export function draftFromIds(tree: MedusaTree, heads: number, ids: Int32Array, offset: number, k: number): Draft {
+  const depth = Math.max(0, Math.min(heads, tree.maxDepth))
   const tokens = new Int32Array(tree.size)
   for (let node = 1; node < tree.size; node++) {
     const d = tree.depth[node]!
     if (d > depth) break
+    const rank = tree.rank[node]!
     // Only a vocabulary smaller than k or NaN logits leave a rank empty: propose token 0 there.
-    tokens[node] = Math.max(0, top[d - 1]![tree.rank[node]!]!)
+    tokens[node] = rank < k ? Math.max(0, ids[offset + (d - 1) * k + rank]!) : 0
   }
   return { tokens, depth }
 }

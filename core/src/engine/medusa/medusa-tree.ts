@@ -36,16 +36,6 @@ export class MedusaTree {
   readonly maxDepth: number
   /** Top-k needed from head `d` (`max rank + 1` over nodes at depth `d + 1`). */
   readonly topKPerHead: Int32Array
-  /**
-   * Nodes whose Medusa heads a verification row asks for: the root and the rank-0 chain below it
-   * (`[0]`, `[0, 0]`, ...), ascending; the one at depth `d` is `headNodes[d]`. Heads run only there
-   * because the next draft needs the heads at the node where the walk stops, which is unknown
-   * before the step; most walks stop on this chain, and a walk that stops elsewhere drafts from
-   * its deepest ancestor on it, shifted (see `headAncestor`).
-   */
-  readonly headNodes: Int32Array
-  /** Deepest node of `headNodes` that is node `n` itself or one of its ancestors. */
-  readonly headAncestor: Int32Array
   /** Each node's path of ranks joined by commas (root: `''`), the key `nodeOf` looks up. */
   readonly paths: readonly string[]
   /** Node of a path key (see `paths`). */
@@ -107,18 +97,6 @@ export class MedusaTree {
       const head = this.depth[node]! - 1
       this.topKPerHead[head] = Math.max(this.topKPerHead[head]!, this.rank[node]! + 1)
     }
-    const heads: number[] = []
-    this.headAncestor = new Int32Array(size)
-    for (let node = 0; node < size; node++) {
-      const parent = this.parent[node]!
-      if (node === 0 || (this.rank[node] === 0 && this.headAncestor[parent] === parent)) {
-        heads.push(node)
-        this.headAncestor[node] = node
-      } else {
-        this.headAncestor[node] = this.headAncestor[parent]!
-      }
-    }
-    this.headNodes = Int32Array.from(heads)
     this.ancestorMask = new Uint8Array(size * size)
     for (let i = 0; i < size; i++) for (let j = i; j >= 0; j = this.parent[j]!) this.ancestorMask[i * size + j] = 1
   }
@@ -128,13 +106,6 @@ export class MedusaTree {
     let n = 1
     while (n < this.size && this.depth[n]! <= depth) n++
     return n
-  }
-
-  /** How many of `headNodes` lie within the first `n` nodes. */
-  headNodesWithin(n: number): number {
-    let k = 0
-    while (k < this.headNodes.length && this.headNodes[k]! < n) k++
-    return k
   }
 
   /** The `[n, n]` tree attention mask of the first `n` nodes (ancestors and self only). */

@@ -1,4 +1,3 @@
-import { headSpacing } from '../row-builder.ts'
 import type { SubTree, TreeFamily } from './tree-family.ts'
 
 /**
@@ -61,8 +60,6 @@ export interface PolicyGroup {
   readonly depth: number
   /** Medusa heads the rows run (0: a headless drafter such as prompt lookup). */
   readonly heads: number
-  /** The rows run their heads at one node (`StepRow.medusaLeaf`) rather than along the chain. */
-  readonly greedyLeaf: boolean
 }
 
 /**
@@ -86,7 +83,7 @@ class KeyStats {
   idlePlans = 0
   /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
   plainStreak = 0
-  /** The shape of the key's last group (heads, greedy leaf, draft depth): exploration judges with it. */
+  /** The shape of the key's last group (heads, draft depth): exploration judges with it. */
   shape: PolicyGroup | null = null
 
   constructor(family: TreeFamily) {
@@ -141,8 +138,8 @@ interface GroupCurve {
  * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
  *   decode-only steps against their work `W` = tokens fed + head rows × heads, fitted as `a + b·W`
  *   by least squares over work buckets (half octaves of `W`), each the exponentially forgetting
- *   mean of its own steps, weighted by its samples and by how recently it had one (`DECAY`). A tree row costs its nodes plus `heads` per chain
- *   node where heads run (`headSpacing`), or at one node for greedy-leaf rows; a plain row costs 1.
+ *   mean of its own steps, weighted by its samples and by how recently it had one (`DECAY`). A tree
+ *   row costs its nodes plus `heads` (they run once, where its walk ends); a plain row costs 1.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
  *   rows, maximise `(P + Σ n_g·E_g(k_g)) / (a + b·(W₀ + Σ n_g·work_g(k_g)))` by coordinate ascent
  *   over the groups' sizes, subject to no row being slower than in the all-plain step: a
@@ -305,7 +302,7 @@ export class AdaptiveTreePolicy {
       if (expected[k]! * cost0 < cost) continue
       gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
     }
-    const headsWork = g.rows * g.heads * (g.greedyLeaf ? 1 : 1 + Math.floor(g.depth / headSpacing(g.heads, g.depth)))
+    const headsWork = g.rows * g.heads
     const extra = b * (headsWork + g.rows * (work[1]! - 1))
     return { gain, cost: extra / cost0 }
   }
@@ -335,8 +332,6 @@ export class AdaptiveTreePolicy {
     // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
     let e = 1
     let tokens = 1
-    let deepest = 0
-    let deepestChain = 0
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
       reach[n] = reach[full.parent[n]!]! * q(n)
@@ -344,14 +339,10 @@ export class AdaptiveTreePolicy {
       if (d <= g.depth) {
         e += reach[n]!
         tokens++
-        deepest = Math.max(deepest, d)
-        if (full.headAncestor[n] === n) deepestChain = Math.max(deepestChain, d)
       }
-      // Heads run at every `spacing`-th chain node (see `headSpacing`), or at one (greedy leaf).
-      const headNodes =
-        g.heads === 0 ? 0 : g.greedyLeaf ? 1 : Math.floor(deepestChain / headSpacing(g.heads, deepest)) + 1
+      // The heads run once per row, where its walk ends (`StepRow.medusaSlot`).
       expected[k] = e
-      work[k] = tokens + g.heads * headNodes
+      work[k] = tokens + g.heads
     }
     return { expected, work }
   }

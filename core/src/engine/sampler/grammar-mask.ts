@@ -38,3 +38,27 @@ export function applyConstraintMask(
   }
   return true
 }
+
+/**
+ * Apply an allowed-token bitmask (`RowSampling.allowed`: words from `offset`) to working logits:
+ * a cleared bit makes the token -Infinity. `terminated` (only eos may follow): an allowed token
+ * the model scored -Infinity becomes 0, since it is the only legal move.
+ */
+export function applyAllowedMask(work: Float32Array, mask: Uint32Array, offset: number, terminated: boolean): void {
+  const vocabSize = work.length
+  const words = Math.ceil(vocabSize / 32)
+  for (let w = 0; w < words; w++) {
+    const bits = mask[offset + w]!
+    const base = w << 5
+    const end = Math.min(32, vocabSize - base)
+    if (bits === 0xffffffff && !terminated) continue
+    if (bits === 0) {
+      work.fill(-Infinity, base, base + end)
+      continue
+    }
+    for (let b = 0; b < end; b++) {
+      if (((bits >>> b) & 1) === 0) work[base + b] = -Infinity
+      else if (terminated && work[base + b] === -Infinity) work[base + b] = 0
+    }
+  }
+}

@@ -49,6 +49,16 @@ export class Xoshiro128StarStar {
     if ((this.s0 | this.s1 | this.s2 | this.s3) === 0) this.s0 = 1
   }
 
+  /** An independent generator in this one's current state. */
+  clone(): Xoshiro128StarStar {
+    const copy = Object.create(Xoshiro128StarStar.prototype) as Xoshiro128StarStar
+    copy.s0 = this.s0
+    copy.s1 = this.s1
+    copy.s2 = this.s2
+    copy.s3 = this.s3
+    return copy
+  }
+
   /** Next uniform 32-bit unsigned integer. */
   nextUint32(): number {
     const result = Math.imul(rotl(Math.imul(this.s1, 5) >>> 0, 7), 9) >>> 0

@@ -12,6 +12,8 @@ export class SamplingState implements PenaltyHistory {
   readonly rng: Xoshiro128StarStar
   readonly seen = new Set<number>()
   readonly outputCounts = new Map<number, number>()
+  /** `nextFloat` draws made so far (one per sampled, non-greedy token): `RowSampling.draws`. */
+  draws = 0
 
   constructor(sampling: SamplingParams, promptIds: readonly number[]) {
     this.sampling = sampling
@@ -26,5 +28,23 @@ export class SamplingState implements PenaltyHistory {
     if (this.sampling.frequencyPenalty !== 0 || this.sampling.presencePenalty !== 0) {
       this.outputCounts.set(id, (this.outputCounts.get(id) ?? 0) + 1)
     }
+  }
+
+  /** True when a token chosen under these parameters draws from the stream (not greedy). */
+  get drawsPerToken(): 0 | 1 {
+    return this.sampling.temperature > 0 && this.sampling.topK !== 1 ? 1 : 0
+  }
+
+  /** The history as `RowSampling.penalties`: distinct `(id, output count)` pairs; empty when no penalty is on. */
+  penaltyPairs(): Int32Array {
+    const ids = new Set<number>(this.seen)
+    for (const id of this.outputCounts.keys()) ids.add(id)
+    const out = new Int32Array(2 * ids.size)
+    let i = 0
+    for (const id of ids) {
+      out[i++] = id
+      out[i++] = this.outputCounts.get(id) ?? 0
+    }
+    return out
   }
 }
