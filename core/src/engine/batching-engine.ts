@@ -17,7 +17,6 @@ import {
   type ModelSpec,
   type StepBatch,
   type StepOutput,
-  type StepRow,
   type StepRunner,
 } from '../contracts/step-runner.ts'
 import { LoomError } from '../errors/index.ts'

@@ -256,8 +256,6 @@ export class FakeStepRunner implements StepRunner {
     const rowHashes: Uint32Array[] = []
     const rowSalts: number[] = []
     const blocksInBatch = new Map<number, number>()
-    let out = 0
-    let headOut = 0
     for (const row of batch.rows) {
       const n = row.tokens.length
       const where = `step ${step} seq ${row.seqId}`
@@ -309,16 +307,13 @@ export class FakeStepRunner implements StepRunner {
       }
       rowHashes.push(hashes)
       rowSalts.push(salt)
-      let prev = -1
       for (const [i, target] of row.scoreTargets.entries()) {
         if (target >= V) this.violations.push(`${where}: score target ${target} outside the vocabulary`)
         if (target >= 0 && row.sampling !== null && i === n - 1)
           this.violations.push(`${where}: sampled position scored`)
-        prev = i
       }
       if (row.scoreTargets.length !== 0 && row.scoreTargets.length !== n)
         this.violations.push(`${where}: scoreTargets not [n]`)
-      void prev
       if (row.medusaSlot >= 0) {
         if (this.headsOf(row.medusaSlot) === 0)
           this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
