@@ -4,7 +4,9 @@ import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
 import { buildModel } from '@loom/testkit'
+import type { MedusaWeights, StepRow } from '@loom/core'
 import plugin, { NativeStepRunner } from '../src/index.ts'
+import { batchOf, GREEDY_TOP, TOP_LOGPROBS } from './helpers.ts'
 
 t.test('errors', async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'loom-native-err-'))
@@ -35,32 +37,48 @@ t.test('errors', async (t) => {
 
   t.test('bad steps and slots', async (t) => {
     const runner = new NativeStepRunner(dir, { threads: 2, kv_cache_tokens: 64, adapter_slots: 1 })
-    await t.rejects(runner.step({ rows: [], kvCopies: [] }), { code: 'backend_not_ready' })
+    await t.rejects(runner.step(batchOf([])), { code: 'backend_not_ready' })
     const spec = await runner.load()
-    const row = {
+    const row: StepRow = {
       seqId: 1,
       tokens: Int32Array.of(spec.vocabSize + 5),
       positions: Int32Array.of(0),
       cacheLen: 0,
       blockTable: Int32Array.of(0),
       loraSlot: -1,
-      logitIndices: Int32Array.of(0),
+      sampling: GREEDY_TOP,
+      scoreTargets: new Int32Array(0),
       medusaSlot: -1,
-      medusaIndices: new Int32Array(0),
     }
-    await t.rejects(runner.step({ rows: [row], kvCopies: [] }), {
+    const ok1 = { ...row, tokens: Int32Array.of(1) }
+    await t.rejects(runner.step(batchOf([row])), {
       code: 'native_error',
       message: /outside the vocabulary/,
     })
-    await t.rejects(
-      runner.step({ rows: [{ ...row, tokens: Int32Array.of(1), blockTable: Int32Array.of(999) }], kvCopies: [] }),
-      {
-        code: 'native_error',
-        message: /block id 999/,
-      },
-    )
-    await t.rejects(runner.step({ rows: [{ ...row, tokens: Int32Array.of(1), loraSlot: 0 }], kvCopies: [] }), {
+    await t.rejects(runner.step(batchOf([{ ...ok1, blockTable: Int32Array.of(999) }])), {
+      code: 'native_error',
+      message: /block id 999/,
+    })
+    await t.rejects(runner.step(batchOf([{ ...ok1, loraSlot: 0 }])), {
       message: /holds no LoRA adapter/,
+    })
+    // The sampling fields: a row's top logprobs fit the batch's width, heads need a Medusa slot,
+    // a sampled position is never scored, and a step returns at least one draft id per head.
+    await t.rejects(runner.step({ ...batchOf([ok1]), topLogprobs: 5 }), {
+      code: 'native_error',
+      message: new RegExp(`topLogprobs ${TOP_LOGPROBS} outside \\[0, 5\\]`),
+    })
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0 }])), {
+      code: 'native_error',
+      message: /medusaSlot 0 holds no Medusa heads/,
+    })
+    await t.rejects(runner.step(batchOf([{ ...ok1, scoreTargets: Int32Array.of(3) }])), {
+      code: 'native_error',
+      message: /a sampled position is never scored/,
+    })
+    await t.rejects(runner.step(batchOf([ok1], 0)), {
+      code: 'native_error',
+      message: /draftTopK must be in \[1, 1024\]/,
     })
     const lora = {
       kind: 'lora' as const,
@@ -77,11 +95,44 @@ t.test('errors', async (t) => {
     }
     t.equal(await runner.loadAdapter(ok), 0)
     await t.rejects(runner.loadAdapter(ok), { code: 'adapter_slots_full' })
-    const out = await runner.step({ rows: [{ ...row, tokens: Int32Array.of(1), loraSlot: 0 }], kvCopies: [] })
-    t.equal(out.logits.length, spec.vocabSize)
+    // A LoRA slot is no Medusa slot.
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0 }])), {
+      message: /medusaSlot 0 holds no Medusa heads/,
+    })
+    // After the refused steps the runner still steps: one greedy token and its top logprobs.
+    const out = await runner.step(batchOf([{ ...ok1, loraSlot: 0 }]))
+    t.equal(out.tokens.length, 1)
+    t.ok(out.tokens[0]! >= 0 && out.tokens[0]! < spec.vocabSize, `token ${out.tokens[0]} in the vocabulary`)
+    t.equal(out.topIds.length, TOP_LOGPROBS)
+    t.equal(out.topIds[0], out.tokens[0], 'greedy picks the best top id')
+    t.same(Array.from(out.walkEnds), [-1], 'a causal row has no walk end')
+    t.equal(out.draftIds.length, 0)
+
+    // Medusa heads run where a row samples: a row that samples nothing may not ask for them.
+    await runner.unloadAdapter(0)
+    const H = spec.hiddenSize
+    const heads: MedusaWeights = {
+      kind: 'medusa',
+      key: 'm',
+      numHeads: 2,
+      numLayers: 1,
+      heads: [0, 1].map(() => ({ blocks: [{ weight: new Float32Array(H * H), bias: new Float32Array(H) }] })),
+    }
+    t.equal(await runner.loadAdapter(heads), 0)
+    await t.rejects(runner.step(batchOf([{ ...ok1, sampling: null, medusaSlot: 0 }])), {
+      code: 'native_error',
+      message: /Medusa heads run where a row samples; this row samples nothing/,
+    })
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, loraSlot: 0 }])), {
+      message: /loraSlot 0 holds no LoRA adapter/,
+    })
+    const drafted = await runner.step(batchOf([{ ...ok1, medusaSlot: 0 }], 3))
+    t.equal(drafted.draftIds.length, 2 * 3, '[heads, draftTopK] ids')
+    // Zero residual blocks over the base lm_head: each head's best id is the row's greedy token.
+    t.same([drafted.draftIds[0], drafted.draftIds[3]], [drafted.tokens[0], drafted.tokens[0]])
     await runner.close()
     await runner.close()
-    await t.rejects(runner.step({ rows: [], kvCopies: [] }), { code: 'server_closing' })
+    await t.rejects(runner.step(batchOf([])), { code: 'server_closing' })
   })
 
   t.test('plugin metadata and options', async (t) => {
