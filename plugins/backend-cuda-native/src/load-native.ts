@@ -56,6 +56,8 @@ export interface NativeRuntimeOptions {
   readonly maxBatchTokens: number
   readonly adapterSlots: number
   readonly maxLoraRank: number
+  /** `auto` (as stored) or `int8` (quantised at load; cpu only). Absent: `auto`. */
+  readonly weights?: 'auto' | 'int8'
 }
 
 export interface NativeLoraModule {
@@ -77,26 +79,33 @@ export interface NativeMedusaHead {
 }
 
 /** The packed step layout documented at `Runtime::Step` in native/src/binding.cc. */
+/** A `StepBatch` as the addon's `step` reads it (layout: `Runtime::Step` in native/src/binding.cc). */
 export interface NativePackedStep {
   readonly tokens: Int32Array
   readonly positions: Int32Array
   readonly rows: Int32Array
   readonly blockTables: Int32Array
   readonly masks: Uint8Array
-  readonly indices: Int32Array
+  readonly scoreTargets: Int32Array
+  readonly sampleFloats: Float64Array
+  readonly sampleInts: Int32Array
+  readonly sampleSeeds: BigUint64Array
+  readonly penaltyStart: Int32Array
+  readonly penalties: Int32Array
+  readonly allowed: Uint32Array
+  readonly terminated: Uint8Array
   readonly copies: Int32Array
   readonly copyData: Int32Array
-  readonly logits: Float32Array
-  readonly medusaLogits: Float32Array
-  /** Optional: each logits row's log Σ exp, written by the step. */
-  readonly logNorms?: Float64Array
-  /** Optional: each logits row's first maximum (-1 when none is above -inf), written by the step. */
-  readonly argmax?: Int32Array
-  /** Optional: per row, the node a greedy-leaf row ran its Medusa heads at (-1 for other rows). */
-  readonly medusaLeaves?: Int32Array
-  /** Optional: with medusaTopK, each Medusa head row's K best ids, written by the step. */
-  readonly medusaTopIds?: Int32Array
-  readonly medusaTopK?: number
+  readonly maxTop: number
+  readonly draftTopK: number
+  /** Written by the step (see `StepOutput`). */
+  readonly sampledTokens: Int32Array
+  readonly sampledLogprobs: Float32Array
+  readonly topIds: Int32Array
+  readonly topLogprobs: Float32Array
+  readonly scores: Float32Array
+  readonly walkEnds: Int32Array
+  readonly draftIds: Int32Array
 }
 
 /** One loaded model (the C++ `Runtime` class). Errors carry a Loom error `code`. */

@@ -91,6 +91,7 @@ export class NativeStepRunner implements StepRunner {
           maxBatchTokens: o.max_batch_tokens,
           adapterSlots: o.adapter_slots,
           maxLoraRank: o.max_lora_rank,
+          weights: o.weights,
         },
         files: index.files,
         tensors: index.tensors,
@@ -116,7 +117,6 @@ export class NativeStepRunner implements StepRunner {
         kvBlockCount: kvBlocks,
         adapterSlots: o.adapter_slots,
         maxLoraRank: o.max_lora_rank,
-        medusaLeaf: true,
       }
       this.hooks.onLoaded?.(this.spec)
       return this.spec
@@ -201,12 +201,13 @@ export class NativeStepRunner implements StepRunner {
       throw fromNative(err, {})
     }
     return {
-      logits: packed.logits,
-      medusaLogits: packed.medusaLogits,
-      logNormalizers: packed.logNorms,
-      argmax: packed.argmax,
-      medusaLeaves: packed.medusaLeaves,
-      ...(packed.medusaTopIds ? { medusaTopIds: packed.medusaTopIds } : {}),
+      tokens: packed.sampledTokens,
+      logprobs: packed.sampledLogprobs,
+      topIds: packed.topIds,
+      topLogprobs: packed.topLogprobs,
+      scores: packed.scores,
+      walkEnds: packed.walkEnds,
+      draftIds: packed.draftIds,
     }
   }
 

@@ -25,6 +25,14 @@ export const nativeOptionsSchema = z.strictObject({
   adapter_slots: z.number().int().min(0).max(4096).default(32),
   /** Largest LoRA rank a slot accepts (1..128). */
   max_lora_rank: z.number().int().min(1).max(128).default(64),
+  /**
+   * Weight storage: `auto` serves the weights as the safetensors store them (f32, f16 or bf16);
+   * `int8` quantises the seven projections of every layer and the LM head at load to 8-bit blocks
+   * (32 int8 values and one f16 scale each, llama.cpp's Q8_0 layout: 1.06 bytes per weight, for
+   * faster decoding on memory-bound CPUs). The embedding lookup, LoRA adapters and Medusa heads
+   * keep their dtype. cpu device only for now; input sizes must be multiples of 32.
+   */
+  weights: z.enum(['auto', 'int8']).default('auto'),
   /** Cap on the context length reported to the engine (default: the model's, bounded by the cache). */
   max_context_length: z.number().int().min(1).optional(),
 })

@@ -10,7 +10,15 @@ import path from 'node:path'
 import t, { type Test } from 'tap'
 import { buildLoraAdapter, buildModel, ReferenceModel, type BuildModelOptions } from '@loom/testkit'
 import { NativeStepRunner } from '../src/index.ts'
-import { blockAllocator, relError, roundLora, TestSequence, toLoraWeights } from './helpers.ts'
+import {
+  batchOf,
+  blockAllocator,
+  relErrorTop,
+  roundLora,
+  sampledPositions,
+  TestSequence,
+  toLoraWeights,
+} from './helpers.ts'
 
 const cases: { name: string; model: BuildModelOptions }[] = [
   {
@@ -89,25 +97,23 @@ async function compareWithReference(
     const promptB = [9, 8, 7, 6, 5]
 
     // Prefill both rows in one step, all positions' logits.
-    const out = await runner.step({
-      rows: [base.row(promptA, { allLogits: true }), tuned.row(promptB, { allLogits: true })],
-      kvCopies: [],
-    })
-    t.equal(out.logits.length, (promptA.length + promptB.length) * V)
+    const out = await runner.step(
+      batchOf([base.row(promptA, { allLogits: true }), tuned.row(promptB, { allLogits: true })]),
+    )
+    const positions = sampledPositions(out)
+    t.equal(positions.length, promptA.length + promptB.length)
     let worst = 0
     const expA = refBase.forward(promptA)
     const expB = refTuned.forward(promptB)
-    ;[...expA, ...expB].forEach(
-      (exp, i) => (worst = Math.max(worst, relError(out.logits.subarray(i * V, (i + 1) * V), exp))),
-    )
+    ;[...expA, ...expB].forEach((exp, i) => (worst = Math.max(worst, relErrorTop(positions[i]!, exp))))
     // 20 greedy decode steps, both rows batched.
     let nextA = 1
     let nextB = 2
     for (let s = 0; s < 20; s++) {
-      const step = await runner.step({ rows: [base.row([nextA]), tuned.row([nextB])], kvCopies: [] })
+      const step = sampledPositions(await runner.step(batchOf([base.row([nextA]), tuned.row([nextB])])))
       const ea = refBase.forward([nextA])[0]!
       const eb = refTuned.forward([nextB])[0]!
-      worst = Math.max(worst, relError(step.logits.subarray(0, V), ea), relError(step.logits.subarray(V), eb))
+      worst = Math.max(worst, relErrorTop(step[0]!, ea), relErrorTop(step[1]!, eb))
       nextA = (nextA * 31 + s) % V
       nextB = (nextB * 17 + 3 * s) % V
     }

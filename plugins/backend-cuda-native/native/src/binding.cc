@@ -204,6 +204,10 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     const std::string device_name = desc.Get("device").IsString() ? desc.Get("device").ToString().Utf8Value() : "cpu";
     st = loom::create_device(device_name, opt.threads, &device_);
     if (!st.ok()) return throw_status(env, st);
+    if (opt.weights_int8 && std::string(device_->name()) != "cpu")
+      return throw_status(env, Status::Error("model_invalid", std::string("weights: int8 is a cpu option for now; the ") +
+                                                                   device_->name() + " device serves weights as stored "
+                                                                   "(use weights: auto, or device: cpu)"));
     if (opt.kv_blocks == 0) {
       // K and V of every layer, Hkv * D values each per token, in the device's KV dtype.
       const double per_token =
@@ -273,6 +277,12 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(integer(o, "maxBatchTokens", &opt->max_batch_tokens));
     LOOM_RETURN_IF_ERROR(integer(o, "adapterSlots", &opt->adapter_slots));
     LOOM_RETURN_IF_ERROR(integer(o, "maxLoraRank", &opt->max_lora_rank));
+    // weights: "auto" (as stored; also when absent) or "int8" (quantised at load, cpu only).
+    const Napi::Value weights = o.Get("weights");
+    if (weights.IsString() && weights.ToString().Utf8Value() == "int8")
+      opt->weights_int8 = true;
+    else if (!weights.IsUndefined() && !(weights.IsString() && weights.ToString().Utf8Value() == "auto"))
+      return bad_arg("options.weights must be 'auto' or 'int8'");
     if (opt->threads < 1 || opt->kv_blocks < 0 || (opt->kv_blocks == 0 && !(*kv_cache_bytes > 0)) ||
         opt->kv_block_size < 1 || opt->max_batch_tokens < 1 ||
         opt->adapter_slots < 0 || opt->max_lora_rank < 1 || opt->max_lora_rank > 128)
@@ -413,17 +423,19 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return env.Undefined();
   }
 
-  // step(p) -> Promise<void>; fills p.logits and p.medusaLogits. Layout (all Int32Array unless said):
-  //   tokens, positions [T]; rows [R, 13]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
-  //   btLen, maskOffset (-1: causal), logitOffset, logitCount, medusaOffset, medusaCount, flags
-  //   (bit 0: greedy-leaf Medusa heads);
-  //   blockTables (concatenated), masks Uint8Array (concatenated [n, n]), indices (logit and
-  //   Medusa indices, concatenated); copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count
-  //   into copyData; logits Float32Array [L, V]; medusaLogits Float32Array [M, heads, V];
-  //   logNorms Float64Array [L] (optional): each logits row's log Σ exp; argmax Int32Array [L]
-  //   (optional): each logits row's first maximum, -1 if none is above -inf; medusaLeaves Int32Array
-  //   [R] (optional; needed by greedy-leaf rows): the node each row ran its heads at, or -1;
-  //   medusaTopIds Int32Array [M * heads, medusaTopK] with medusaTopK (optional): their K best ids.
+  // step(p) -> Promise<void>; fills p's output arrays. Layout (all Int32Array unless said):
+  //   tokens, positions [T]; rows [R, 12]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
+  //   btLen, maskOffset (-1: causal), scoreOffset, scoreCount (0 or n), sampling (index k into the
+  //   sampling arrays, -1: none), allowedOffset (first position row of its masks in `allowed`, -1:
+  //   none); blockTables (concatenated), masks Uint8Array (concatenated [n, n]), scoreTargets
+  //   (concatenated); per sampling k: sampleFloats Float64Array [K, 6] (temperature, top_p,
+  //   typical_p, repetition, frequency, presence), sampleInts [K, 2] (top_k, top_logprobs),
+  //   sampleSeeds BigUint64Array [K, 2] (seed, draws), penaltyStart [K + 1] and penalties
+  //   [2 * penaltyStart[K]] ((id, count) pairs); allowed Uint32Array [positions, ceil(V/32)] and
+  //   terminated Uint8Array [positions]; copies [C, 5]: btOffset, btLen, fromOffset, toOffset,
+  //   count into copyData; numbers maxTop and draftTopK. Outputs: sampledTokens [S],
+  //   sampledLogprobs Float32Array [S], topIds [S, maxTop], topLogprobs Float32Array [S, maxTop],
+  //   scores Float32Array [C], walkEnds [R], draftIds [Σ heads, draftTopK].
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -441,59 +453,63 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   // every (offset, length) pair is checked against its array, so the model can index freely;
   // the semantic checks (token range, block ids, slots) happen in LlamaModel::validate.
   Status parse_step(const Napi::Object& p, loom::StepInput* in) {
-    int32_t *tokens = nullptr, *positions = nullptr, *rows = nullptr, *bt = nullptr, *idx = nullptr,
-            *copies = nullptr, *cdata = nullptr;
-    uint8_t* masks = nullptr;
-    float *logits = nullptr, *medusa = nullptr;
-    int64_t T = 0, np = 0, nr = 0, nbt = 0, nmask = 0, nidx = 0, nc = 0, ncd = 0;
+    int32_t *tokens = nullptr, *positions = nullptr, *rows = nullptr, *bt = nullptr, *targets = nullptr,
+            *copies = nullptr, *cdata = nullptr, *sints = nullptr, *pstart = nullptr, *pens = nullptr;
+    uint8_t *masks = nullptr, *terminated = nullptr;
+    double* sfloats = nullptr;
+    uint64_t* seeds = nullptr;
+    uint32_t* allowed = nullptr;
+    int64_t T = 0, np = 0, nr = 0, nbt = 0, nmask = 0, ntarget = 0, nc = 0, ncd = 0, nk = 0, len = 0, npen = 0,
+            nallowed = 0, nterm = 0;
     LOOM_RETURN_IF_ERROR(typed(p, "tokens", napi_int32_array, "step.tokens", -1, "[T]", &tokens, &T));
     LOOM_RETURN_IF_ERROR(typed(p, "positions", napi_int32_array, "step.positions", T, "[T=" + std::to_string(T) + "]",
                                &positions, &np));
-    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 13]", &rows, &nr));
-    if (nr % 13 != 0) return bad_arg("step.rows: expected Int32Array [R, 13], got [" + std::to_string(nr) + "]");
+    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 12]", &rows, &nr));
+    if (nr % 12 != 0) return bad_arg("step.rows: expected Int32Array [R, 12], got [" + std::to_string(nr) + "]");
     LOOM_RETURN_IF_ERROR(typed(p, "blockTables", napi_int32_array, "step.blockTables", -1, "[Σ blocks]", &bt, &nbt));
     LOOM_RETURN_IF_ERROR(typed(p, "masks", napi_uint8_array, "step.masks", -1, "[Σ n*n]", &masks, &nmask));
-    LOOM_RETURN_IF_ERROR(typed(p, "indices", napi_int32_array, "step.indices", -1, "[Σ indices]", &idx, &nidx));
+    LOOM_RETURN_IF_ERROR(typed(p, "scoreTargets", napi_int32_array, "step.scoreTargets", -1, "[Σ n]", &targets, &ntarget));
+    LOOM_RETURN_IF_ERROR(typed(p, "sampleInts", napi_int32_array, "step.sampleInts", -1, "[K, 2]", &sints, &nk));
+    if (nk % 2 != 0) return bad_arg("step.sampleInts: expected Int32Array [K, 2], got [" + std::to_string(nk) + "]");
+    const int64_t K = nk / 2;
+    LOOM_RETURN_IF_ERROR(typed(p, "sampleFloats", napi_float64_array, "step.sampleFloats", K * 6, "[K, 6]", &sfloats, &len));
+    LOOM_RETURN_IF_ERROR(typed(p, "sampleSeeds", napi_biguint64_array, "step.sampleSeeds", K * 2, "[K, 2]", &seeds, &len));
+    LOOM_RETURN_IF_ERROR(typed(p, "penaltyStart", napi_int32_array, "step.penaltyStart", K + 1, "[K + 1]", &pstart, &len));
+    LOOM_RETURN_IF_ERROR(typed(p, "penalties", napi_int32_array, "step.penalties", -1, "[2 * pairs]", &pens, &npen));
+    if (pstart[0] != 0 || int64_t(pstart[K]) * 2 != npen) return bad_arg("step.penaltyStart and step.penalties disagree");
+    for (int64_t k = 0; k < K; k++)
+      if (pstart[k + 1] < pstart[k]) return bad_arg("step.penaltyStart must not decrease");
+    LOOM_RETURN_IF_ERROR(typed(p, "allowed", napi_uint32_array, "step.allowed", -1, "[positions, ceil(V/32)]", &allowed, &nallowed));
+    LOOM_RETURN_IF_ERROR(typed(p, "terminated", napi_uint8_array, "step.terminated", -1, "[positions]", &terminated, &nterm));
     LOOM_RETURN_IF_ERROR(typed(p, "copies", napi_int32_array, "step.copies", -1, "[C, 5]", &copies, &nc));
     if (nc % 5 != 0) return bad_arg("step.copies: expected Int32Array [C, 5], got [" + std::to_string(nc) + "]");
     LOOM_RETURN_IF_ERROR(typed(p, "copyData", napi_int32_array, "step.copyData", -1, "[Σ entries]", &cdata, &ncd));
-    LOOM_RETURN_IF_ERROR(typed(p, "logits", napi_float32_array, "step.logits", -1, "[L, V]", &logits, &in->logits_len));
-    LOOM_RETURN_IF_ERROR(
-        typed(p, "medusaLogits", napi_float32_array, "step.medusaLogits", -1, "[M, heads, V]", &medusa, &in->medusa_len));
-    if (!p.Get("argmax").IsUndefined()) {
-      int32_t* am = nullptr;
-      LOOM_RETURN_IF_ERROR(typed(p, "argmax", napi_int32_array, "step.argmax", -1, "[L]", &am, &in->argmax_len));
-      in->argmax = am;
-    }
-    if (!p.Get("medusaTopIds").IsUndefined()) {
-      int32_t* ids = nullptr;
-      LOOM_RETURN_IF_ERROR(typed(p, "medusaTopIds", napi_int32_array, "step.medusaTopIds", -1, "[M * heads, K]", &ids,
-                                 &in->medusa_top_ids_len));
-      double k = 0;
-      LOOM_RETURN_IF_ERROR(number(p, "medusaTopK", &k));
-      in->medusa_top_ids = ids;
-      in->medusa_top_k = int32_t(k);
-    }
-    if (!p.Get("medusaLeaves").IsUndefined()) {
-      int32_t* leaves = nullptr;
-      LOOM_RETURN_IF_ERROR(
-          typed(p, "medusaLeaves", napi_int32_array, "step.medusaLeaves", -1, "[R]", &leaves, &in->medusa_leaves_len));
-      in->medusa_leaves = leaves;
-    }
-    if (!p.Get("logNorms").IsUndefined()) {
-      double* norms = nullptr;
-      LOOM_RETURN_IF_ERROR(typed(p, "logNorms", napi_float64_array, "step.logNorms", -1, "[L]", &norms, &in->log_norms_len));
-      in->log_norms = norms;
-    }
+    double max_top = 0, draft_k = 0;
+    LOOM_RETURN_IF_ERROR(number(p, "maxTop", &max_top));
+    LOOM_RETURN_IF_ERROR(number(p, "draftTopK", &draft_k));
+    in->max_top = int32_t(max_top);
+    in->draft_top_k = int32_t(draft_k);
+    int64_t ntop_lp = 0;
+    LOOM_RETURN_IF_ERROR(typed(p, "sampledTokens", napi_int32_array, "step.sampledTokens", -1, "[S]", &in->tokens_out, &in->tokens_len));
+    LOOM_RETURN_IF_ERROR(typed(p, "sampledLogprobs", napi_float32_array, "step.sampledLogprobs", in->tokens_len, "[S]",
+                               &in->logprobs_out, &len));
+    LOOM_RETURN_IF_ERROR(typed(p, "topIds", napi_int32_array, "step.topIds", -1, "[S, maxTop]", &in->top_ids, &in->top_len));
+    LOOM_RETURN_IF_ERROR(typed(p, "topLogprobs", napi_float32_array, "step.topLogprobs", in->top_len, "[S, maxTop]",
+                               &in->top_logprobs, &ntop_lp));
+    LOOM_RETURN_IF_ERROR(typed(p, "scores", napi_float32_array, "step.scores", -1, "[C]", &in->scores, &in->scores_len));
+    LOOM_RETURN_IF_ERROR(typed(p, "walkEnds", napi_int32_array, "step.walkEnds", -1, "[R]", &in->walk_ends, &in->walk_ends_len));
+    LOOM_RETURN_IF_ERROR(typed(p, "draftIds", napi_int32_array, "step.draftIds", -1, "[Σ heads, draftTopK]", &in->draft_ids,
+                               &in->draft_ids_len));
     in->tokens = tokens;
     in->positions = positions;
     in->num_tokens = int32_t(T);
-    in->logits = logits;
-    in->medusa_logits = medusa;
+    const int64_t W = (model_->config().vocab + 31) / 32;
     // Every (offset, length) pair must lie inside its array: the model trusts these pointers.
     auto inside = [](int64_t off, int64_t len, int64_t size) { return off >= 0 && len >= 0 && off + len <= size; };
-    for (int64_t r = 0; r < nr / 13; r++) {
-      const int32_t* f = rows + r * 13;
+    in->samplings.reserve(size_t(K));
+    std::vector<int64_t> sampling_of;
+    for (int64_t r = 0; r < nr / 12; r++) {
+      const int32_t* f = rows + r * 12;
       auto where = [r] { return "step.rows[" + std::to_string(r) + "]"; };  // error paths only
       loom::StepRowDesc d{};
       d.tok_start = f[0];
@@ -509,14 +525,34 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
         if (!inside(f[7], int64_t(f[1]) * f[1], nmask)) return bad_arg(where() + ": tree mask [n, n] outside step.masks");
         d.tree_mask = masks + f[7];
       }
-      if (!inside(f[8], f[9], nidx) || !inside(f[10], f[11], nidx)) return bad_arg(where() + ": indices outside step.indices");
-      d.logit_idx = idx + f[8];
-      d.logit_count = f[9];
-      d.medusa_idx = idx + f[10];
-      d.medusa_count = f[11];
-      d.medusa_leaf = (f[12] & 1) != 0;
+      if (!inside(f[8], f[9], ntarget)) return bad_arg(where() + ": score targets outside step.scoreTargets");
+      d.score_targets = targets + f[8];
+      d.score_count = f[9];
+      sampling_of.push_back(f[10]);
+      if (f[10] >= 0) {
+        const int64_t k = f[10];
+        if (k >= K) return bad_arg(where() + ": sampling index outside the sampling arrays");
+        const int64_t positions_n = d.tree_mask ? f[1] : 1;
+        loom::RowSampleDesc s{};
+        const double* fl = sfloats + k * 6;
+        s.base.temperature = fl[0], s.base.top_p = fl[1], s.base.typical_p = fl[2];
+        s.base.repetition_penalty = fl[3], s.base.frequency_penalty = fl[4], s.base.presence_penalty = fl[5];
+        s.base.top_k = sints[k * 2], s.base.top_logprobs = sints[k * 2 + 1];
+        s.base.seed = seeds[k * 2], s.base.draws = seeds[k * 2 + 1];
+        s.penalties = reinterpret_cast<const loom::PenaltyToken*>(pens + 2 * int64_t(pstart[k]));
+        s.n_penalties = pstart[k + 1] - pstart[k];
+        if (f[11] >= 0) {
+          if (!inside(int64_t(f[11]) * W, positions_n * W, nallowed) || !inside(f[11], positions_n, nterm))
+            return bad_arg(where() + ": grammar masks outside step.allowed / step.terminated");
+          s.allowed = allowed + int64_t(f[11]) * W;
+          s.terminated = terminated + f[11];
+        }
+        in->samplings.push_back(s);
+      }
       in->rows.push_back(d);
     }
+    for (size_t r = 0, k = 0; r < in->rows.size(); r++)
+      if (sampling_of[r] >= 0) in->rows[r].sampling = &in->samplings[k++];
     for (int64_t c = 0; c < nc / 5; c++) {
       const int32_t* f = copies + c * 5;
       if (!inside(f[0], f[1], ncd) || !inside(f[2], f[4], ncd) || !inside(f[3], f[4], ncd))

@@ -291,14 +291,15 @@ class Device {
   // x [T, ld], out [T] int32
   virtual void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) = 0;
 
-  // Where a greedy walk of each verification row's tree stops (Medusa greedy leaf): from node 0,
-  // move to the first child whose token is the current node's argmax, until none carries it.
+  // Where the sample-and-match walk of each verification row's tree stops: from node 0, move to
+  // the first child whose token is the current node's chosen token (`argmax`: the token sampled
+  // at each node, or the logits' argmax for a greedy walk), until none carries it.
   // Semantics: for r<nrows: R = rows[r]; if R.n == 0: leaf[r] = -1, else
   //   node = 0; loop { next = the smallest c in (node, R.n) with tokens[R.tok_start + c] ==
   //     argmax[R.logit_start + node] and parent(c) == node; if none: break; node = next };
   //   leaf[r] = node; where parent(c) = the largest j < c with R.tree_mask[c*R.n + j] != 0 (-1 if
   //   none), or c - 1 when R.tree_mask is null.
-  // tokens [T], argmax [Σ logits rows] (argmax above), rows [nrows] (host), leaf [nrows] int32
+  // tokens [T], argmax [Σ logits rows] (each node's chosen token), rows [nrows] (host), leaf [nrows] int32
   virtual void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                            int32_t* leaf) = 0;
 

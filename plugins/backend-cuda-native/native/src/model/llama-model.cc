@@ -78,8 +78,12 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     lm_head_ = embed_;
   } else {
     LOOM_RETURN_IF_ERROR(weights_.matrix("lm_head.weight", cfg_.vocab, H, &lm_head_));
+    if (opt_.weights_int8) LOOM_RETURN_IF_ERROR(weights_.to_q8(&lm_head_, "lm_head.weight"));
     LOOM_RETURN_IF_ERROR(make_resident(&lm_head_, "lm_head.weight"));
   }
+  // Tied: the LM head gets its own int8 copy (the decode step's largest matrix at vocab 49k).
+  if (opt_.weights_int8 && lm_head_.dtype != DType::Q8)
+    LOOM_RETURN_IF_ERROR(weights_.to_q8(&lm_head_, "model.embed_tokens.weight"));
   LOOM_RETURN_IF_ERROR(device_vector("model.norm.weight", H, &final_norm_, &staging));
   layers_.resize(size_t(cfg_.layers));
   for (int64_t l = 0; l < cfg_.layers; l++) {
@@ -92,6 +96,7 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
     const int64_t shapes[][2] = {{QD, H}, {KD, H}, {KD, H}, {H, QD}, {I, H}, {I, H}, {H, I}};
     for (size_t m = 0; m < 7; m++) {
       LOOM_RETURN_IF_ERROR(weights_.matrix(p + mats[m].first, shapes[m][0], shapes[m][1], mats[m].second));
+      if (opt_.weights_int8) LOOM_RETURN_IF_ERROR(weights_.to_q8(mats[m].second, p + mats[m].first));
       LOOM_RETURN_IF_ERROR(make_resident(mats[m].second, p + mats[m].first));
     }
     LOOM_RETURN_IF_ERROR(device_vector(p + "input_layernorm.weight", H, &L.in_norm, &staging));
@@ -147,7 +152,6 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
   for (const auto& a : arenas)
     if (st.ok()) st = a.first->allocate(dev_, a.second, "scratch");
   if (st.ok()) st = kv_slots_.allocate(dev_, T, "scratch");
-  if (st.ok()) st = argmax_.allocate(dev_, T, "scratch");
   if (!st.ok())
     return Status::Error("model_invalid", "not enough " + std::string(dev_->name()) + " memory for the KV cache (" +
                                               std::to_string(opt_.kv_blocks) + " blocks) and scratch for " +
@@ -172,7 +176,7 @@ Status LlamaModel::load(const std::vector<std::string>& files, std::vector<Tenso
 Status LlamaModel::make_resident(WeightView* w, const std::string& name) {
   if (host_io_) return Status::Ok();
   DeviceBuffer<uint8_t> buf;
-  const int64_t bytes = w->rows * w->cols * dtype_size(w->dtype);
+  const int64_t bytes = weight_bytes(w->dtype, w->rows, w->cols);
   LOOM_RETURN_IF_ERROR(buf.allocate(dev_, bytes, name.c_str()));
   dev_->upload(buf.data(), w->data, bytes);
   w->data = buf.data();
@@ -308,14 +312,14 @@ int LlamaModel::medusa_heads(int slot) const {
 }
 
 // Everything the forward pass indexes with is checked here, before any kernel runs: token ids,
-// block ids, cache coverage of each block table, adapter slot kinds, logit/Medusa indices and the
+// block ids, cache coverage of each block table, adapter slot kinds, sampling and scoring and the
 // output buffer sizes. A failure names the row and the value, and the cache is left untouched.
 Status LlamaModel::validate(const StepInput& in) const {
   if (in.num_tokens > opt_.max_batch_tokens)
     return invalid("step has " + std::to_string(in.num_tokens) + " tokens; max_batch_tokens is " +
                    std::to_string(opt_.max_batch_tokens));
   const int64_t bs = opt_.kv_block_size;
-  int64_t next = 0, logits = 0, medusa = 0;
+  int64_t next = 0, sampled = 0, scored = 0, drafts = 0;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const StepRowDesc& row = in.rows[r];
     const std::string where = "row " + std::to_string(r) + ": ";
@@ -340,40 +344,41 @@ Status LlamaModel::validate(const StepInput& in) const {
         (row.lora_slot < 0 || row.lora_slot >= int(slots_.size()) ||
          slots_[size_t(row.lora_slot)]->kind.load() != Slot::kLora))
       return invalid(where + "loraSlot " + std::to_string(row.lora_slot) + " holds no LoRA adapter");
-    int prev = -1;
-    for (int i = 0; i < row.logit_count; i++) {
-      if (row.logit_idx[i] <= prev || row.logit_idx[i] >= row.n)
-        return invalid(where + "logitIndices must be ascending and inside [0, " + std::to_string(row.n) + ")");
-      prev = row.logit_idx[i];
+    if (row.score_count != 0 && row.score_count != row.n)
+      return invalid(where + "scoreTargets must be empty or one per token");
+    for (int i = 0; i < row.score_count; i++) {
+      const int32_t target = row.score_targets[i];
+      if (target < -1 || target >= cfg_.vocab) return invalid(where + "score target " + std::to_string(target) + " outside the vocabulary");
+      if (target >= 0) scored++;
+      if (target >= 0 && row.sampling && (row.tree_mask || i == row.n - 1))
+        return invalid(where + "a sampled position is never scored");
     }
-    logits += row.logit_count;
-    if (row.medusa_leaf) {
+    if (row.sampling) {
+      const SampleParams& p = row.sampling->base;
+      if (p.top_logprobs < 0 || p.top_logprobs > in.max_top)
+        return invalid(where + "topLogprobs " + std::to_string(p.top_logprobs) + " outside [0, " + std::to_string(in.max_top) + "]");
+      if (row.sampling->n_penalties < 0) return invalid(where + "negative penalty count");
+      sampled += row.tree_mask ? row.n : 1;
+    }
+    if (row.medusa_slot != -1) {
       const int heads = medusa_heads(row.medusa_slot);
       if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
-      if (row.medusa_count != 0 || row.logit_count != row.n)
-        return invalid(where + "a greedy-leaf row asks for no medusaIndices and for the logits of every token");
-      if (!in.medusa_leaves || in.medusa_leaves_len != int64_t(in.rows.size()))
-        return invalid("greedy-leaf rows need medusaLeaves with one entry per row");
-      medusa += heads;
-    } else if (row.medusa_count > 0) {
-      const int heads = medusa_heads(row.medusa_slot);
-      if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
-      for (int i = 0; i < row.medusa_count; i++)
-        if (row.medusa_idx[i] < 0 || row.medusa_idx[i] >= row.n) return invalid(where + "medusaIndices out of range");
-      medusa += int64_t(row.medusa_count) * heads;
+      if (!row.sampling) return invalid(where + "Medusa heads run where a row samples; this row samples nothing");
+      drafts += heads;
     }
   }
   if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
-  if (logits * cfg_.vocab != in.logits_len || medusa * cfg_.vocab != in.medusa_len)
-    return invalid("output buffers do not match the requested logits");
-  if (in.medusa_top_ids && (in.medusa_top_k < 1 || in.medusa_top_k > 1024 || in.medusa_top_ids_len != medusa * in.medusa_top_k))
-    return invalid("medusaTopIds needs medusaTopK in [1, 1024] and " + std::to_string(medusa) + " x medusaTopK entries");
-  if (in.argmax && in.argmax_len != logits)
-    return invalid("argmax has " + std::to_string(in.argmax_len) + " entries for " + std::to_string(logits) +
-                   " logits rows");
-  if (in.log_norms && in.log_norms_len != logits)
-    return invalid("logNorms has " + std::to_string(in.log_norms_len) + " entries for " + std::to_string(logits) +
-                   " logits rows");
+  if (in.max_top < 0 || in.max_top > 4096) return invalid("topLogprobs must be in [0, 4096]");
+  if (in.draft_top_k < 1 || in.draft_top_k > 1024) return invalid("draftTopK must be in [1, 1024]");
+  auto sized = [](const char* what, int64_t got, int64_t want) {
+    return got == want ? Status::Ok()
+                       : invalid(std::string(what) + " has " + std::to_string(got) + " entries; the step needs " + std::to_string(want));
+  };
+  LOOM_RETURN_IF_ERROR(sized("tokens out", in.tokens_len, sampled));
+  LOOM_RETURN_IF_ERROR(sized("topIds", in.top_len, sampled * in.max_top));
+  LOOM_RETURN_IF_ERROR(sized("scores", in.scores_len, scored));
+  LOOM_RETURN_IF_ERROR(sized("walkEnds", in.walk_ends_len, int64_t(in.rows.size())));
+  LOOM_RETURN_IF_ERROR(sized("draftIds", in.draft_ids_len, drafts * in.draft_top_k));
   for (const auto& c : in.copies)
     for (int i = 0; i < c.count; i++)
       for (int32_t e : {c.from[i], c.to[i]}) {
@@ -483,13 +488,26 @@ void LlamaModel::finish_output(T* host, int64_t n, const DeviceBuffer<T>& buf) {
 
 // The step's host inputs, packed into one int32 array and uploaded once: tokens [T], positions
 // [T], then per row its block table (the blocks its cache indices reach), its tree mask (bytes,
-// padded to whole int32s), then the absolute token rows of the logits [L], per Medusa row its
-// hidden-state rows [M] and head replication [M * heads] (each node index repeated per head),
-// and per kv copy its block table, from and to. Offsets go to row_plans_ / copy_plans_.
+// padded to whole int32s), its penalty pairs (per sampled position of a verification row with
+// penalties: the row's pairs plus the path's tokens), its grammar masks, its heads' replication
+// [heads] and the token its heads read; then the absolute token rows of the logits [S + C] (sampled
+// positions, then scored ones), the scored targets' flat logits indices [C], and per kv copy its
+// block table, from and to. Offsets go to row_plans_ / copy_plans_; sample_params_ point into the
+// uploaded buffer, so a device sampler reads penalties and masks from its own memory.
 Status LlamaModel::upload_step(const StepInput& in) {
-  const int64_t T = in.num_tokens, bs = opt_.kv_block_size;
-  int64_t n = 2 * T, nlog = 0;
+  const int64_t T = in.num_tokens, bs = opt_.kv_block_size, W = (cfg_.vocab + 31) / 32;
+  // Each sampled position's penalty list: where it starts in the buffer and its length.
+  struct PenaltyPlan {
+    int64_t offset, count;
+  };
+  std::vector<PenaltyPlan> penalty_plans;
+  std::vector<int64_t> allowed_offsets;  // per row: its masks' offset, -1 none
+  int64_t n = 2 * T, nsample = 0, nscore = 0;
   row_plans_.assign(in.rows.size(), RowPlan{});
+  allowed_offsets.assign(in.rows.size(), -1);
+  // Penalty lists of verification nodes: the row's pairs, then each path token counted once more.
+  std::vector<PenaltyToken> merged;
+  std::vector<int64_t> merged_start;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const StepRowDesc& row = in.rows[r];
     RowPlan& plan = row_plans_[r];
@@ -499,21 +517,56 @@ Status LlamaModel::upload_step(const StepInput& in) {
       plan.tree_mask = n;
       n += (int64_t(row.n) * row.n + 3) / 4;
     }
-    nlog += row.logit_count;
+    plan.sampled = nsample;
+    plan.scored = nscore;
+    for (int i = 0; i < row.score_count; i++) nscore += row.score_targets[i] >= 0;
+    if (!row.sampling) continue;
+    const RowSampleDesc& rs = *row.sampling;
+    const int P = row.tree_mask ? row.n : 1;
+    nsample += P;
+    const SampleParams& b = rs.base;
+    const bool penalised = b.repetition_penalty != 1 || b.frequency_penalty != 0 || b.presence_penalty != 0;
+    if (!penalised || !row.tree_mask) {
+      // One list for every position: the row's own.
+      for (int p = 0; p < P; p++) penalty_plans.push_back({n, rs.n_penalties});
+      n += 2 * int64_t(rs.n_penalties);
+    } else {
+      for (int p = 0; p < P; p++) {
+        merged_start.push_back(int64_t(merged.size()));
+        const size_t first = merged.size();
+        merged.insert(merged.end(), rs.penalties, rs.penalties + rs.n_penalties);
+        // The path from the root's child down to p: p and its ancestors but the root.
+        for (int j = p; j > 0; j--) {
+          if (j != p && !row.tree_mask[int64_t(p) * row.n + j]) continue;
+          const int32_t id = in.tokens[row.tok_start + j];
+          size_t k = first;
+          while (k < merged.size() && merged[k].id != id) k++;
+          if (k == merged.size()) merged.push_back({id, 0});
+          merged[k].count++;
+        }
+        const int64_t count = int64_t(merged.size() - first);
+        penalty_plans.push_back({n, count});
+        n += 2 * count;
+      }
+    }
+    if (rs.allowed) {
+      allowed_offsets[r] = n;
+      n += P * W;
+    }
   }
-  step_logit_rows_ = n;
-  n += nlog;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const StepRowDesc& row = in.rows[r];
-    if (row.medusa_count == 0 && !row.medusa_leaf) continue;
-    const int64_t M = row.medusa_leaf ? 1 : row.medusa_count;
-    if (!row.medusa_leaf) {
-      row_plans_[r].medusa_rows = n;
-      n += M;
-    }
+    if (row.medusa_slot < 0) continue;
     row_plans_[r].replicate = n;
-    n += M * medusa_heads(row.medusa_slot);
+    n += medusa_heads(row.medusa_slot);
+    row_plans_[r].head_index = n++;
   }
+  step_sampled_ = nsample;
+  step_scored_ = nscore;
+  step_logit_rows_ = n;
+  n += nsample + nscore;
+  step_score_index_ = n;
+  n += nscore;
   copy_plans_.assign(in.copies.size(), CopyPlan{});
   for (size_t c = 0; c < in.copies.size(); c++) {
     copy_plans_[c] = {n, n + in.copies[c].num_blocks, n + in.copies[c].num_blocks + in.copies[c].count};
@@ -521,27 +574,65 @@ Status LlamaModel::upload_step(const StepInput& in) {
   }
   try {
     host_step_.resize(size_t(n));
+    sample_params_.resize(size_t(nsample));
   } catch (const std::bad_alloc&) {
     return invalid("out of host memory packing a step of " + std::to_string(n) + " input values");
   }
+  LOOM_RETURN_IF_ERROR(grow(dev_, &step_buf_, std::max<int64_t>(n, 1), "the step buffer"));
   int32_t* h = host_step_.data();
+  const int32_t* d = step_buf_.data();  // the same offsets in device memory
   step_tokens_ = 0;
   step_positions_ = T;
   std::memcpy(h, in.tokens, size_t(T) * 4);
   std::memcpy(h + T, in.positions, size_t(T) * 4);
-  int32_t* logit_rows = h + step_logit_rows_;
+  int32_t* sample_rows = h + step_logit_rows_;
+  int32_t* score_rows = sample_rows + nsample;
+  int32_t* score_index = h + step_score_index_;
+  size_t pp = 0, mi = 0;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const StepRowDesc& row = in.rows[r];
     const RowPlan& plan = row_plans_[r];
     std::memcpy(h + plan.block_table, row.block_table, size_t((int64_t(row.cache_len) + row.n + bs - 1) / bs) * 4);
     if (plan.tree_mask >= 0) std::memcpy(h + plan.tree_mask, row.tree_mask, size_t(row.n) * size_t(row.n));
-    for (int i = 0; i < row.logit_count; i++) *logit_rows++ = row.tok_start + row.logit_idx[i];
-    if (plan.medusa_rows >= 0)
-      for (int i = 0; i < row.medusa_count; i++) h[plan.medusa_rows + i] = row.tok_start + row.medusa_idx[i];
+    for (int i = 0, c = 0; i < row.score_count; i++) {
+      if (row.score_targets[i] < 0) continue;
+      const int64_t logit_row = nsample + plan.scored + c++;
+      *score_rows++ = row.tok_start + i;
+      *score_index++ = int32_t(logit_row * cfg_.vocab + row.score_targets[i]);
+    }
     if (plan.replicate >= 0) {
-      const int64_t M = row.medusa_leaf ? 1 : row.medusa_count, NH = medusa_heads(row.medusa_slot);
-      for (int64_t i = 0; i < M; i++)
-        for (int64_t k = 0; k < NH; k++) h[plan.replicate + i * NH + k] = int32_t(i);
+      const int64_t NH = medusa_heads(row.medusa_slot);
+      for (int64_t k = 0; k < NH; k++) h[plan.replicate + k] = 0;
+      h[plan.head_index] = row.n - 1;
+    }
+    if (!row.sampling) continue;
+    const RowSampleDesc& rs = *row.sampling;
+    const int P = row.tree_mask ? row.n : 1;
+    const bool draws = rs.base.temperature > 0 && rs.base.top_k != 1;
+    const bool merged_row = !merged_start.empty() && row.tree_mask &&
+                            (rs.base.repetition_penalty != 1 || rs.base.frequency_penalty != 0 || rs.base.presence_penalty != 0);
+    if (allowed_offsets[r] >= 0) std::memcpy(h + allowed_offsets[r], rs.allowed, size_t(P * W) * 4);
+    for (int p = 0; p < P; p++) {
+      const int position = row.tree_mask ? p : row.n - 1;
+      int depth = 0;
+      if (row.tree_mask)
+        for (int j = 0; j < p; j++) depth += row.tree_mask[int64_t(p) * row.n + j] != 0;
+      const PenaltyPlan& pen = penalty_plans[pp++];
+      const PenaltyToken* src = merged_row ? merged.data() + merged_start[mi++] : rs.penalties;
+      if (!merged_row && p > 0) {
+        // The row's one list is already in place (written for p = 0).
+      } else {
+        std::memcpy(h + pen.offset, src, size_t(pen.count) * 8);
+      }
+      SampleParams sp = rs.base;
+      sp.row = int32_t(plan.sampled + p);
+      sp.draws = rs.base.draws + (draws ? uint64_t(depth) : 0);
+      sp.penalties = reinterpret_cast<const PenaltyToken*>(d + pen.offset);
+      sp.n_penalties = int32_t(pen.count);
+      sp.allowed = allowed_offsets[r] >= 0 ? reinterpret_cast<const uint32_t*>(d + allowed_offsets[r] + p * W) : nullptr;
+      sp.allowed_lift = sp.allowed && rs.terminated && rs.terminated[p] != 0;
+      sample_params_[size_t(plan.sampled + p)] = sp;
+      sample_rows[plan.sampled + p] = row.tok_start + position;
     }
   }
   for (size_t c = 0; c < in.copies.size(); c++) {
@@ -550,7 +641,6 @@ Status LlamaModel::upload_step(const StepInput& in) {
     std::memcpy(h + copy_plans_[c].from, copy.from, size_t(copy.count) * 4);
     std::memcpy(h + copy_plans_[c].to, copy.to, size_t(copy.count) * 4);
   }
-  LOOM_RETURN_IF_ERROR(grow(dev_, &step_buf_, std::max<int64_t>(n, 1), "the step buffer"));
   dev_->upload(step_buf_.data(), h, n * 4);
   return Status::Ok();
 }
@@ -669,72 +759,85 @@ Status LlamaModel::forward(const StepInput& in) {
     }
   }
 
-  // LM head only on the requested rows: gather, final norm, project. [L, H] -> [L, V]
-  int64_t nlog = 0;
-  bool leaf_rows = false;
-  for (const auto& row : in.rows) {
-    nlog += row.logit_count;
-    leaf_rows = leaf_rows || row.medusa_leaf;
-  }
-  float* logits = nullptr;
-  int32_t* argmax = argmax_.data();  // the step's argmax, wherever it is written
-  double* log_norms = nullptr;
-  LOOM_RETURN_IF_ERROR(output(in.logits, in.logits_len, &logits_, "logits", &logits));
-  if (in.argmax) LOOM_RETURN_IF_ERROR(output(in.argmax, nlog, &argmax_, "argmax", &argmax));
-  if (in.log_norms) LOOM_RETURN_IF_ERROR(output(in.log_norms, nlog, &log_norms_, "log norms", &log_norms));
+  // LM head on the sampled positions, then the scored ones: gather, final norm, project.
+  // [S + C, H] -> [S + C, V]
+  const int64_t S = step_sampled_, C = step_scored_, nlog = S + C, R = int64_t(in.rows.size());
   float* head_x = head_x_.data();
+  LOOM_RETURN_IF_ERROR(grow(dev_, &logits_, std::max<int64_t>(nlog * V, 1), "logits"));
+  float* logits = logits_.data();
   if (nlog > 0) {
     dev_->gather_rows(x, H, step_ints(step_logit_rows_), nlog, H, head_x);
     dev_->rmsnorm(head_x, nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x, H);
     const MatmulJob head{lm_head_, nullptr, logits, V};
     dev_->matmul(head_x, nlog, H, &head, 1, false);
-    // Each row's log-softmax normaliser, where it is cheap (vector exp) rather than in the engine.
-    if (log_norms) dev_->log_sum_exp(logits, nlog, V, V, log_norms);
-    // The engine's greedy choice (first maximum, NaN never chosen, -1 when nothing beats -inf);
-    // the greedy-leaf walk reads it too.
-    if (in.argmax || leaf_rows) dev_->argmax(logits, nlog, V, V, argmax);
   }
 
-  // Greedy leaf: where a greedy walk of each verification row's tree stops (LeafRow n = 0: the
-  // row does not walk, leaf -1); the heads of a greedy-leaf row run at that node only.
-  int32_t* leaves = nullptr;
-  if (in.medusa_leaves) {
-    LOOM_RETURN_IF_ERROR(output(in.medusa_leaves, int64_t(in.rows.size()), &leaves_, "Medusa leaves", &leaves));
-    leaf_rows_.clear();
-    int32_t logit_start = 0;
-    for (size_t r = 0; r < in.rows.size(); r++) {
-      const StepRowDesc& row = in.rows[r];
-      leaf_rows_.push_back({row.tok_start, row.medusa_leaf ? row.n : 0, logit_start, attn_rows_[r].tree_mask});
-      logit_start += row.logit_count;
+  // Sampling where the logits are (Device::sample, the engine's TokenSampler bit for bit), in
+  // chunks so the samplers' scratch stays bounded whatever the batch.
+  int32_t* sampled = nullptr;
+  float *logprobs = nullptr, *top_lp = nullptr;
+  int32_t* top_ids = nullptr;
+  LOOM_RETURN_IF_ERROR(output(in.tokens_out, std::max<int64_t>(S, 1), &sampled_, "sampled tokens", &sampled));
+  LOOM_RETURN_IF_ERROR(output(in.logprobs_out, std::max<int64_t>(S, 1), &logprobs_, "logprobs", &logprobs));
+  LOOM_RETURN_IF_ERROR(output(in.top_ids, std::max<int64_t>(in.top_len, 1), &top_ids_, "top ids", &top_ids));
+  LOOM_RETURN_IF_ERROR(output(in.top_logprobs, std::max<int64_t>(in.top_len, 1), &top_logprobs_, "top logprobs", &top_lp));
+  if (S > 0) {
+    constexpr int64_t kChunk = 32;
+    const int64_t row_bytes = sample_row_scratch_bytes(V);
+    LOOM_RETURN_IF_ERROR(grow(dev_, &sample_scratch_, std::min(S, kChunk) * row_bytes, "the samplers' scratch"));
+    for (int64_t c = 0; c < S; c += kChunk) {
+      const int64_t m = std::min(kChunk, S - c);
+      dev_->sample(logits, V, V, sample_params_.data() + c, int(m), in.max_top, sampled + c, logprobs + c,
+                   top_ids + c * in.max_top, top_lp + c * in.max_top, sample_scratch_.data());
     }
-    dev_->greedy_leaf(tokens, argmax, leaf_rows_.data(), int(leaf_rows_.size()), leaves);
   }
 
-  // Medusa heads on the final-normed hidden states: x_h = x + SiLU(W_h x + b_h) per block, then
-  // an LM head. A row's heads run together, as few ops as the shapes allow (on a small model a
-  // head is a few µs of arithmetic and each op a pool region): the first blocks of all heads are
-  // one matmul (same input), each residual one op over [M, NH, H], and heads that reuse the base
-  // LM head (version 2) one LM-head matmul over all M·NH rows, which reads that matrix once and
-  // writes the [M, NH, V] layout directly. Later blocks and own LM heads (version 1) go head by head.
-  float* medusa_out = nullptr;
-  LOOM_RETURN_IF_ERROR(output(in.medusa_logits, in.medusa_len, &medusa_logits_, "Medusa logits", &medusa_out));
-  float* out = medusa_out;
+  // Prompt logprobs: each scored row's log Σ exp and its target's logit (scores = logit - norm,
+  // formed on the host once both are back).
+  if (C > 0) {
+    LOOM_RETURN_IF_ERROR(grow(dev_, &score_norms_, C, "prompt logprobs"));
+    LOOM_RETURN_IF_ERROR(grow(dev_, &score_logits_, C, "prompt logprobs"));
+    dev_->log_sum_exp(logits + S * V, C, V, V, score_norms_.data());
+    dev_->gather_rows(logits, 1, step_ints(step_score_index_), C, 1, score_logits_.data());
+  }
+
+  // The sample-and-match walk of each verification row (LeafRow n = 0: the row does not walk,
+  // leaf -1): from the root, to the first child carrying the node's sampled token.
+  int32_t* leaves = nullptr;
+  LOOM_RETURN_IF_ERROR(output(in.walk_ends, std::max<int64_t>(R, 1), &leaves_, "walk ends", &leaves));
+  leaf_rows_.clear();
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    const bool walks = row.tree_mask != nullptr && row.sampling != nullptr;
+    leaf_rows_.push_back({row.tok_start, walks ? row.n : 0, int32_t(row_plans_[r].sampled), attn_rows_[r].tree_mask});
+  }
+  if (R > 0) dev_->greedy_leaf(tokens, sampled, leaf_rows_.data(), int(R), leaves);
+
+  // Medusa heads where each row's sampling ends (a verification row's walk end, a causal row's
+  // last token), on the final-normed hidden state: x_h = x + SiLU(W_h x + b_h) per block, then an
+  // LM head, then each head's best ids. A row's heads run together, as few ops as the shapes
+  // allow: the first blocks of all heads are one matmul (same input), each residual one op over
+  // [NH, H], and heads that reuse the base LM head (version 2) one LM-head matmul over all NH
+  // rows. Later blocks and own LM heads (version 1) go head by head.
+  int32_t* draft_ids = nullptr;
+  LOOM_RETURN_IF_ERROR(output(in.draft_ids, std::max<int64_t>(in.draft_ids_len, 1), &draft_ids_, "draft ids", &draft_ids));
+  int32_t* draft_out = draft_ids;
   for (size_t r = 0; r < in.rows.size(); r++) {
     const auto& row = in.rows[r];
-    if (row.medusa_count == 0 && !row.medusa_leaf) continue;
+    if (row.medusa_slot < 0) continue;
     const Slot& s = *slots_[size_t(row.medusa_slot)];
-    const int64_t M = row.medusa_leaf ? 1 : row.medusa_count, NH = int64_t(s.medusa.size());
-    float* hidden = head_x;  // [M, H]: the rows' hidden states (the leaf's, for a greedy-leaf row)
-    if (row.medusa_leaf)
-      dev_->gather_rows(x + int64_t(row.tok_start) * H, H, leaves + r, 1, H, hidden);
-    else
-      dev_->gather_rows(x, H, step_ints(row_plans_[r].medusa_rows), M, H, hidden);
-    dev_->rmsnorm(hidden, M, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
-    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_x_, M * NH * H, "Medusa activations"));
-    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_t_, M * NH * H, "Medusa activations"));
-    float* xh = medusa_x_.data();  // [M, NH, H]: head h of row i at (i·NH + h)·H
-    float* t = medusa_t_.data();   // [M, NH, H]: W x + b of the current block
-    dev_->gather_rows(hidden, H, step_ints(row_plans_[r].replicate), M * NH, H, xh);
+    const int64_t NH = int64_t(s.medusa.size());
+    float* hidden = head_x;  // [1, H]
+    const int32_t* at = leaf_rows_[r].n > 0 ? leaves + r : step_ints(row_plans_[r].head_index);
+    dev_->gather_rows(x + int64_t(row.tok_start) * H, H, at, 1, H, hidden);
+    dev_->rmsnorm(hidden, 1, H, H, final_norm_.data(), cfg_.rms_eps, hidden, H);
+    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_x_, NH * H, "Medusa activations"));
+    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_t_, NH * H, "Medusa activations"));
+    LOOM_RETURN_IF_ERROR(grow(dev_, &medusa_logits_, NH * V, "Medusa logits"));
+    float* xh = medusa_x_.data();  // [NH, H]: head h at h·H
+    float* t = medusa_t_.data();   // [NH, H]: W x + b of the current block
+    float* out = medusa_logits_.data();  // [NH, V]
+    dev_->gather_rows(hidden, H, step_ints(row_plans_[r].replicate), NH, H, xh);
     for (int b = 0; b < s.medusa_layers; b++) {
       medusa_jobs_.clear();
       for (int64_t h = 0; h < NH; h++) {
@@ -742,43 +845,47 @@ Status LlamaModel::forward(const StepInput& in) {
         medusa_jobs_.push_back({{hs.w[size_t(b)].data(), DType::F32, H, H}, hs.b[size_t(b)].data(), t + h * H, NH * H});
       }
       if (b == 0) {
-        dev_->matmul(hidden, M, H, medusa_jobs_.data(), int(NH), false);  // every head reads x
+        dev_->matmul(hidden, 1, H, medusa_jobs_.data(), int(NH), false);  // every head reads x
       } else {
-        for (int64_t h = 0; h < NH; h++) dev_->matmul(xh + h * H, M, NH * H, &medusa_jobs_[size_t(h)], 1, false);
+        for (int64_t h = 0; h < NH; h++) dev_->matmul(xh + h * H, 1, NH * H, &medusa_jobs_[size_t(h)], 1, false);
       }
-      dev_->silu_residual(t, M * NH * H, xh);
+      dev_->silu_residual(t, NH * H, xh);
     }
     bool shared_lm = true;
     for (const MedusaHeadSlot& hs : s.medusa) shared_lm = shared_lm && hs.lm_head.empty();
     if (shared_lm) {
-      const MatmulJob job{lm_head_, nullptr, out, V};  // rows (i, h) in order: out [M, NH, V]
-      dev_->matmul(xh, M * NH, H, &job, 1, false);
+      const MatmulJob job{lm_head_, nullptr, out, V};  // rows h in order: out [NH, V]
+      dev_->matmul(xh, NH, H, &job, 1, false);
     } else {
       for (int64_t h = 0; h < NH; h++) {
         const MedusaHeadSlot& hs = s.medusa[size_t(h)];
         const WeightView lm = hs.lm_head.empty() ? lm_head_ : WeightView{hs.lm_head.data(), DType::F32, V, H};
-        const MatmulJob job{lm, nullptr, out + h * V, NH * V};
-        dev_->matmul(xh + h * H, M, NH * H, &job, 1, false);
+        const MatmulJob job{lm, nullptr, out + h * V, V};
+        dev_->matmul(xh + h * H, 1, H, &job, 1, false);
       }
     }
-    out += M * NH * V;
-  }
-  // Each head row's K best ids, what the engine's drafts take, where the logits are.
-  int32_t* top_ids = nullptr;
-  if (in.medusa_top_ids && in.medusa_top_ids_len > 0) {
-    LOOM_RETURN_IF_ERROR(output(in.medusa_top_ids, in.medusa_top_ids_len, &top_ids_, "Medusa top ids", &top_ids));
-    dev_->top_k(medusa_out, in.medusa_top_ids_len / in.medusa_top_k, V, V, in.medusa_top_k, top_ids);
+    // Each head's K best ids, what the engine's draft takes.  [NH, K]
+    dev_->top_k(out, NH, V, V, in.draft_top_k, draft_out);
+    draft_out += NH * in.draft_top_k;
   }
 
   // Results to the caller's arrays (nothing to move on a device that wrote them in place), then
   // one wait for everything issued.
-  finish_output(in.logits, in.logits_len, logits_);
-  if (in.argmax) finish_output(in.argmax, nlog, argmax_);
-  finish_output(in.log_norms, in.log_norms ? nlog : 0, log_norms_);
-  finish_output(in.medusa_leaves, in.medusa_leaves ? int64_t(in.rows.size()) : 0, leaves_);
-  finish_output(in.medusa_logits, in.medusa_len, medusa_logits_);
-  finish_output(in.medusa_top_ids, in.medusa_top_ids ? in.medusa_top_ids_len : 0, top_ids_);
-  return dev_->synchronize();
+  finish_output(in.tokens_out, S, sampled_);
+  finish_output(in.logprobs_out, S, logprobs_);
+  finish_output(in.top_ids, in.top_len, top_ids_);
+  finish_output(in.top_logprobs, in.top_len, top_logprobs_);
+  finish_output(in.walk_ends, R, leaves_);
+  finish_output(in.draft_ids, in.draft_ids_len, draft_ids_);
+  if (C > 0) {
+    host_score_norms_.resize(size_t(C));
+    host_score_logits_.resize(size_t(C));
+    dev_->download(host_score_norms_.data(), score_norms_.data(), C * 8);
+    dev_->download(host_score_logits_.data(), score_logits_.data(), C * 4);
+  }
+  LOOM_RETURN_IF_ERROR(dev_->synchronize());
+  for (int64_t c = 0; c < C; c++) in.scores[c] = float(double(host_score_logits_[size_t(c)]) - host_score_norms_[size_t(c)]);
+  return Status::Ok();
 }
 
 }  // namespace loom

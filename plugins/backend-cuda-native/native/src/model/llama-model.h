@@ -39,24 +39,34 @@ struct RuntimeOptions {
   int32_t max_batch_tokens = 0; // scratch arenas are sized for this many tokens per step
   int32_t adapter_slots = 0;
   int32_t max_lora_rank = 0;
+  // `weights: int8`: the seven projections of every layer and the LM head are quantised to Q8
+  // at load (kernels/dtype.h); the embedding lookup keeps the stored table. cpu device only.
+  bool weights_int8 = false;
 };
 
 // Order matches LORA_MODULES in core/src/contracts/step-runner.ts.
 enum LoraModule : int { kQ = 0, kK, kV, kO, kGate, kUp, kDown, kNumLoraModules };
 
-// One step's input, packed by native-step-runner.ts into flat typed arrays (see there for layout).
+// How a row samples (core/src/contracts/step-runner.ts RowSampling), host memory. `base` holds
+// the request's parameters, its draws before this step and its top_logprobs; the model sets `row`,
+// `draws`, `penalties` and `allowed` per sampled position.
+struct RowSampleDesc {
+  SampleParams base;
+  const PenaltyToken* penalties = nullptr;  // [n_penalties] distinct (id, output count) pairs
+  int32_t n_penalties = 0;
+  const uint32_t* allowed = nullptr;     // [positions, ceil(V/32)] or null (no constraint)
+  const uint8_t* terminated = nullptr;   // [positions] with allowed: only the allowed (eos) tokens remain
+};
+
+// One step's input, packed by step-packer.ts into flat typed arrays (see binding.cc Step).
 struct StepRowDesc {
   int32_t tok_start, n, cache_len, lora_slot, medusa_slot;
   const int32_t* block_table;
   int32_t num_blocks;
-  const uint8_t* tree_mask;  // [n, n] or null
-  const int32_t* logit_idx;  // [logit_count]
-  int32_t logit_count;
-  const int32_t* medusa_idx;  // [medusa_count]
-  int32_t medusa_count;
-  // Greedy leaf: the heads run at one node only, where a greedy walk of the tree stops (see
-  // LlamaModel::greedy_leaf); medusa_count is 0 and logits cover every token of the row.
-  bool medusa_leaf = false;
+  const uint8_t* tree_mask;  // [n, n] or null: a verification row (sampled at every node) when set
+  const RowSampleDesc* sampling = nullptr;  // null: the row samples nothing
+  const int32_t* score_targets = nullptr;   // [score_count]: the token to score after each position, -1 none
+  int32_t score_count = 0;                  // 0 or n
 };
 
 struct KvCopyDesc {
@@ -73,19 +83,18 @@ struct StepInput {
   int32_t num_tokens = 0;
   std::vector<StepRowDesc> rows;
   std::vector<KvCopyDesc> copies;
-  float* logits = nullptr;         // [Σ logit_count, vocab]
-  int64_t logits_len = 0;          // elements available in `logits`
-  float* medusa_logits = nullptr;  // [Σ medusa_count * heads(slot), vocab]
-  int64_t medusa_len = 0;
-  double* log_norms = nullptr;  // [Σ logit_count] or null: each logits row's log Σ exp (log_sum_exp)
-  int64_t log_norms_len = 0;
-  int32_t* argmax = nullptr;  // [Σ logit_count] or null: each logits row's first maximum (-1: none > -inf)
-  int64_t argmax_len = 0;
-  int32_t medusa_top_k = 0;            // K of medusa_top_ids (0: none asked)
-  int32_t* medusa_top_ids = nullptr;   // [Σ head rows, K]: each head row's K best ids (top_k)
-  int64_t medusa_top_ids_len = 0;
-  int32_t* medusa_leaves = nullptr;  // [rows]: the node greedy-leaf rows ran their heads at, -1 for others
-  int64_t medusa_leaves_len = 0;
+  std::vector<RowSampleDesc> samplings;  // what rows' `sampling` point at
+  int32_t max_top = 0;     // top logprobs per sampled position (StepBatch.topLogprobs)
+  int32_t draft_top_k = 1;  // best ids per Medusa head (StepBatch.draftTopK)
+  // Outputs (host): S sampled positions, C scored targets, R rows, M rows with heads.
+  int32_t* tokens_out = nullptr;  // [S]
+  float* logprobs_out = nullptr;  // [S]
+  int32_t* top_ids = nullptr;     // [S, max_top]
+  float* top_logprobs = nullptr;  // [S, max_top]
+  float* scores = nullptr;        // [C]
+  int32_t* walk_ends = nullptr;   // [R]
+  int32_t* draft_ids = nullptr;   // [Σ heads of M rows, draft_top_k]
+  int64_t tokens_len = 0, top_len = 0, scores_len = 0, walk_ends_len = 0, draft_ids_len = 0;
 };
 
 // One LoRA module of one layer: A [r, in] and B transposed [r, out], f32.
@@ -132,9 +141,12 @@ class LlamaModel {
  private:
   struct Layer;
   struct Slot;
-  // Where one step row's inputs sit in the step buffer (element offsets, -1: none).
+  // Where one step row's inputs sit in the step buffer (element offsets, -1: none) and where its
+  // results go: its first sampled position (S order), first scored target (C order), its heads'
+  // first output row, and the index of the token its heads read (a causal row's last).
   struct RowPlan {
-    int64_t block_table = 0, tree_mask = -1, medusa_rows = -1, replicate = -1;
+    int64_t block_table = 0, tree_mask = -1, replicate = -1, head_index = -1;
+    int64_t sampled = 0, scored = 0, draft = 0;
   };
   struct CopyPlan {
     int64_t block_table = 0, from = 0, to = 0;
@@ -181,16 +193,21 @@ class LlamaModel {
   std::vector<DeviceBuffer<uint8_t>> kcache_, vcache_;
   // Scratch arenas, sized from max_batch_tokens at load so a step never allocates.
   DeviceBuffer<float> x_, xn_, qkv_, attn_, gate_, up_, act_, lora_tmp_, cos_, sin_, head_x_;
-  DeviceBuffer<int32_t> kv_slots_, argmax_;  // [T] each
-  // Grown on demand (grow-only): Medusa [M, heads, H] activations, the kv-copy slots, and the
-  // result buffers of a device that does not read host memory.
-  DeviceBuffer<float> medusa_x_, medusa_t_, logits_, medusa_logits_;
-  DeviceBuffer<int32_t> copy_slots_, leaves_, top_ids_;
-  DeviceBuffer<double> log_norms_;
+  DeviceBuffer<int32_t> kv_slots_;  // [T]
+  // Grown on demand (grow-only): the step's logits [S + C, V], Medusa [heads, H] activations and
+  // [heads, V] logits of one row, the kv-copy slots, the samplers' scratch, and the results.
+  DeviceBuffer<float> logits_, medusa_x_, medusa_t_, medusa_logits_, logprobs_, top_logprobs_, score_logits_;
+  DeviceBuffer<int32_t> copy_slots_, sampled_, top_ids_, leaves_, draft_ids_;
+  DeviceBuffer<double> score_norms_;
+  DeviceBuffer<uint8_t> sample_scratch_;
+  std::vector<float> host_score_logits_;
+  std::vector<double> host_score_norms_;
   // The step's inputs: packed on the host (grow-only), uploaded once per step.
   std::vector<int32_t> host_step_;
   DeviceBuffer<int32_t> step_buf_;
-  int64_t step_tokens_ = 0, step_positions_ = 0, step_logit_rows_ = 0;
+  int64_t step_tokens_ = 0, step_positions_ = 0, step_logit_rows_ = 0, step_score_index_ = 0;
+  int64_t step_sampled_ = 0, step_scored_ = 0;  // S and C of the step
+  std::vector<SampleParams> sample_params_;     // [S], pointing into step_buf_
   std::vector<RowPlan> row_plans_;
   std::vector<CopyPlan> copy_plans_;
   std::vector<MatmulJob> medusa_jobs_;
