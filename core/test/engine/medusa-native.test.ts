@@ -8,7 +8,8 @@ import { readLoraAdapter } from '../../src/adapters/read-lora.ts'
 import { readMedusaAdapter } from '../../src/adapters/read-medusa.ts'
 import { BatchingEngine } from '../../src/engine/batching-engine.ts'
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
-import { collect, GREEDY, idsOf, makeRequest, silentLogger, tokensOf } from './engine-fixtures.ts'
+import type { TokenConstraint } from '../../src/contracts/grammar.ts'
+import { collect, GREEDY, idsOf, makeRequest, silentLogger, TestConstraints, tokensOf } from './engine-fixtures.ts'
 import { buildMedusaAdapter } from './medusa-fixtures.ts'
 
 /**
@@ -58,6 +59,7 @@ t.test('native runner: Medusa is lossless for greedy in mixed base/LoRA batches'
     seed: 5,
   })
 
+  const constraints = new TestConstraints()
   const runner = new NativeStepRunner(modelDir, { threads: 2, kv_cache_tokens: 8192, kv_block_size: 16 })
   const engine = new BatchingEngine({
     runner,
@@ -68,6 +70,7 @@ t.test('native runner: Medusa is lossless for greedy in mixed base/LoRA batches'
     // Acceptance per step is compared between head kinds below: both need the same (full) tree,
     // not whatever the adaptive policy picks from this machine's step times.
     speculation: { adaptive: false },
+    constraints: () => constraints,
   })
   t.teardown(() => engine.close())
   await engine.start()
@@ -140,4 +143,69 @@ t.test('native runner: Medusa is lossless for greedy in mixed base/LoRA batches'
   const plainSampled = (await run(() => null, sampling)).map(idsOf)
   t.same(again, seeded, 'seeded sampling with Medusa is reproducible')
   t.same(seeded, plainSampled, 'and gives the tokens plain seeded sampling gives')
+
+  // On the device, each tree node is sampled with the draws, penalty history (the path's tokens
+  // added) and grammar mask it would have had, had the walk reached it: penalised and
+  // constrained sampling with Medusa give the plain tokens too.
+  const penalised: SamplingParams = {
+    ...sampling,
+    temperature: 0.5,
+    repetitionPenalty: 1.3,
+    frequencyPenalty: 0.4,
+    presencePenalty: 0.2,
+    seed: 99n,
+  }
+  const acceptedBefore = engine.speculationStats().acceptedTokens
+  const withPenalties = (await run((i) => (i % 5 === 4 ? null : heads.copy), penalised)).map(idsOf)
+  const acceptedPenalised = engine.speculationStats().acceptedTokens - acceptedBefore
+  t.ok(acceptedPenalised > 20, `penalised rows accepted candidates (${acceptedPenalised}): deep nodes were used`)
+  t.same(withPenalties, (await run(() => null, penalised)).map(idsOf), 'penalised sampling: the plain tokens')
+  const constrained = async (speculator: AdapterHandle | null, sampled: SamplingParams) =>
+    Promise.all(
+      prompts.slice(0, 20).map(async (inputIds) => {
+        const constraint = new EvenIds(V, 10)
+        const grammar = constraints.grammarFor(constraint)
+        const events = await collect(
+          engine.submit(
+            makeRequest({ inputIds, maxNewTokens: 16, eosTokenIds: [V - 2], grammar, speculator, sampling: sampled }),
+          ),
+        )
+        return { ids: idsOf(events), accepted: constraint.accepted }
+      }),
+    )
+  for (const sampled of [GREEDY, penalised]) {
+    const before = engine.speculationStats().acceptedTokens
+    const spec = await constrained(heads.copy, sampled)
+    t.ok(engine.speculationStats().acceptedTokens > before, 'constrained rows accepted candidates')
+    t.same(spec, await constrained(null, sampled), `grammar, temperature ${sampled.temperature}: the plain tokens`)
+    t.ok(
+      spec.every(({ ids }) => ids.slice(0, 10).every((id) => id % 2 === 0)),
+      'the grammar held: even ids until it terminated',
+    )
+  }
 })
+
+/** A grammar of `length` even token ids, then eos (the test's `V - 2`, even too). */
+class EvenIds implements TokenConstraint {
+  readonly accepted: number[] = []
+  constructor(
+    private readonly vocabSize: number,
+    private readonly length: number,
+  ) {}
+  fillNextTokenMask(mask: Uint32Array): boolean {
+    for (let id = 0; id < this.vocabSize; id += 2) mask[id >> 5]! |= 1 << (id & 31)
+    return true
+  }
+  accept(id: number): boolean {
+    if (id % 2 !== 0 || this.isTerminated()) return false
+    this.accepted.push(id)
+    return true
+  }
+  rollback(count: number): void {
+    this.accepted.length -= count
+  }
+  isTerminated(): boolean {
+    return this.accepted.length >= this.length
+  }
+  dispose(): void {}
+}
