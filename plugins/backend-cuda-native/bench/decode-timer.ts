@@ -1,9 +1,10 @@
 /**
  * Times decode steps of a `NativeStepRunner` the way the engine drives it: B sequences, each
  * prefilled with a short prompt in one step, then single-token decode rows for all of them per
- * step (logits for every row). Block tables and cache lengths are tracked here as the engine would.
+ * step, each sampled greedily on the device with no top logprobs (the runner returns token ids,
+ * never logits). Block tables and cache lengths are tracked here as the engine would.
  */
-import type { StepRow } from '@loom/core'
+import { GREEDY_SAMPLING, type RowSampling, type StepBatch, type StepRow } from '@loom/core'
 import type { NativeStepRunner } from '../src/index.ts'
 
 /** Which adapters the rows use: none, one shared adapter, or a different adapter per row. */
@@ -17,6 +18,19 @@ export interface DecodeRun {
   /** Native time in the LoRA shrink/expand kernels per timed step (mean), ms. */
   readonly loraMs: number
 }
+
+/** Greedy decoding with no top logprobs: a plain request's row. */
+const GREEDY: RowSampling = {
+  params: GREEDY_SAMPLING,
+  draws: 0,
+  penalties: new Int32Array(0),
+  allowed: null,
+  terminated: null,
+  topLogprobs: 0,
+}
+
+/** A step of `rows`: no cache moves, no top logprobs, no heads. */
+const batchOf = (rows: StepRow[]): StepBatch => ({ rows, kvCopies: [], topLogprobs: 0, draftTopK: 1 })
 
 /** One sequence's cache bookkeeping: its blocks and how many tokens are committed. */
 class BenchSequence {
@@ -39,9 +53,9 @@ class BenchSequence {
       cacheLen: this.cacheLen,
       blockTable: Int32Array.from(this.blocks),
       loraSlot: this.loraSlot,
-      logitIndices: Int32Array.of(n - 1),
+      sampling: GREEDY,
+      scoreTargets: new Int32Array(0),
       medusaSlot: -1,
-      medusaIndices: new Int32Array(0),
     }
     this.cacheLen += n
     return row
@@ -73,13 +87,13 @@ export async function timeDecode(runner: NativeStepRunner, o: DecodeOptions): Pr
   // Token ids do not change the work done; keep them small and varied.
   const token = (seq: number, pos: number): number => 3 + ((seq * 31 + pos * 7) % 250)
   const prompt = (s: BenchSequence): number[] => Array.from({ length: o.promptTokens }, (_, p) => token(s.seqId, p))
-  await runner.step({ rows: seqs.map((s) => s.row(prompt(s))), kvCopies: [] })
+  await runner.step(batchOf(seqs.map((s) => s.row(prompt(s)))))
   const stepMs: number[] = []
   for (let i = 0; i < o.warmupSteps + o.timedSteps; i++) {
     const rows = seqs.map((s) => s.row([token(s.seqId, s.cacheLen)]))
     if (i === o.warmupSteps) runner.profile() // reset the native counters: time only the timed steps
     const t0 = process.hrtime.bigint()
-    await runner.step({ rows, kvCopies: [] })
+    await runner.step(batchOf(rows))
     const ms = Number(process.hrtime.bigint() - t0) / 1e6
     if (i >= o.warmupSteps) stepMs.push(ms)
   }

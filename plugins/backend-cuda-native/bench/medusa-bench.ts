@@ -99,15 +99,13 @@ class StepClock {
         const out = await runner.step(batch)
         const ms = performance.now() - t0
         const rows = batch.rows
-        // Pure decode steps (every row one token, no heads asked) vs pure verification steps
-        // (every row a tree with Medusa heads); mixed and prefill steps are not classified.
-        if (rows.length > 0 && rows.every((r) => r.tokens.length === 1 && r.medusaIndices.length === 0))
+        // Pure decode steps (every row one causal token, no heads) vs pure verification steps
+        // (every row a tree of candidates with Medusa heads); mixed and prefill steps are not classified.
+        if (rows.length > 0 && rows.every((r) => r.tokens.length === 1 && r.treeMask === undefined && r.medusaSlot < 0))
           this.plain.push(ms)
         else if (
           rows.length > 0 &&
-          rows.every(
-            (r) => r.tokens.length > 1 && (r.medusaIndices.length > 0 || r.medusaLeaf === true) && r.cacheLen > 0,
-          )
+          rows.every((r) => r.tokens.length > 1 && r.treeMask !== undefined && r.medusaSlot >= 0 && r.cacheLen > 0)
         ) {
           this.verify.push(ms)
           this.verifyRows += rows.length
