@@ -4,16 +4,18 @@
 //      which both devices load (LlamaModel::load reads it through runtime/weights);
 //   2. both models get the same adapters: LoRA ranks 8 (every module) and 16 (q, v, o only) and
 //      three Medusa heads (one block, the base lm_head);
-//   3. one batch of five rows -- base, LoRA r8, LoRA r16, a Medusa tree row walked on the device
-//      (greedy leaf) and a LoRA r8 + Medusa tree row with heads at every node -- is prefilled and
+//   3. one batch of five rows -- base, LoRA r8, LoRA r16, a Medusa tree row and a LoRA r8 + Medusa
+//      tree row (each sampled greedily at every node, walked on the device, heads at the walk's
+//      end) -- is prefilled and
 //      decoded for N steps. The baseline's greedy choices drive every row (so both devices see the
 //      same tokens); tree rows accept a greedy path, compact their KV with kv copies and draft the
 //      next tree from the heads and from an oracle (the row's plain greedy continuation, computed
 //      first on the baseline) so paths of every length get accepted, and a tree row's output must
 //      equal that continuation (Medusa greedy is plain greedy);
 //   4. every row is also run alone on the device under test, on its own KV blocks.
-// Compared: logits and Medusa logits, device vs baseline (worst |x-ref|/(atol+rtol|ref|), bound
-// per dtype and pair); greedy tokens and device greedy-leaf nodes (a mismatch passes only as a
+// Compared (logits through StepInput's inspection copies): logits and Medusa logits, device vs
+// baseline (worst |x-ref|/(atol+rtol|ref|), bound per dtype and pair); greedy tokens and the
+// devices' walk ends (a mismatch passes only as a
 // near-tie: both tokens' baseline logits within the bound); each row alone vs in the batch (same
 // bound, same greedy tokens); Device::sample on both devices: on the same (baseline) logits the
 // tokens must be identical, on each device's own logits the matches are reported.
@@ -233,7 +235,7 @@ constexpr int kBlockSize = 16, kBlocksPerSeq = 10;
 // its children, 3 and 4 children of 1, 5 a child of 3.
 const std::vector<int32_t> kTreeParents = {-1, 0, 0, 1, 1, 3};
 
-enum class Mode { kPlain, kTreeLeaf, kTreeAll };
+enum class Mode { kPlain, kTree };
 
 // One sequence of the batch. The state (tokens fed, committed length, drafts) is shared by every
 // place the row runs; only the KV blocks differ (`blocks[lane]`: 0 in the batch, 1 alone).
@@ -252,13 +254,15 @@ struct Seq {
 // One row's step inputs and where its outputs land; the storage stays put while the step runs.
 struct RowIO {
   std::vector<uint8_t> mask;
-  std::vector<int32_t> logit_idx, medusa_idx;
-  int64_t logit_row = 0, medusa_row = 0;  // first logits / Medusa logits row of this row
+  std::vector<int32_t> targets;  // causal rows: score a (dummy) target at every position but the last
+  loom::RowSampleDesc sampling;  // greedy
+  int64_t logit_row = 0, medusa_row = 0;  // first logits / Medusa logits row of this row (reordered)
+  int64_t sampled_row = 0, scored_row = 0;  // where the step put them (see StepInput::debug_logits)
 };
 
 struct StepResult {
-  std::vector<float> logits, medusa;
-  std::vector<int32_t> leaves;
+  std::vector<float> logits, medusa;  // [Σ n, V] every position of every row in batch order; [Σ heads, V]
+  std::vector<int32_t> leaves;        // each row's walk end (-1: a causal row)
   std::vector<RowIO> io;
 };
 
@@ -284,14 +288,16 @@ std::vector<int32_t> top2(const float* x, int64_t V) {
   return {a, b};
 }
 
-// Run one step of `seqs` (each feeding its `feed` tokens) on `model` in KV lane `lane`.
+// Run one step of `seqs` (each feeding its `feed` tokens) on `model` in KV lane `lane`. Every row
+// samples greedily; a causal row also scores every position but its last, so the step computes
+// logits at every token, which come back through StepInput::debug_logits and are reordered here
+// to one block per row, positions in order. Heads run where each row's sampling ends.
 Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, StepResult* r) {
   const int64_t V = model->config().vocab;
   loom::StepInput in;
   std::vector<int32_t> tokens, positions;
   r->io.assign(seqs.size(), RowIO{});
-  int64_t nlog = 0, nmed = 0;
-  bool leaf = false;
+  int64_t nlog = 0, nmed = 0, nsampled = 0, nscored = 0;
   for (size_t k = 0; k < seqs.size(); k++) {
     Seq& s = *seqs[k];
     RowIO& io = r->io[k];
@@ -308,31 +314,27 @@ Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, Step
       tokens.push_back(s.feed[size_t(i)]);
       positions.push_back(s.cache_len + (s.parents.empty() ? i : depth(s.parents, i)));
     }
+    io.logit_row = nlog;
+    nlog += n;
+    io.sampled_row = nsampled;
+    io.scored_row = nscored;
     if (!s.parents.empty()) {
       io.mask.assign(size_t(n * n), 0);
       for (int i = 0; i < n; i++)
         for (int j = i; j >= 0; j = s.parents[size_t(j)]) io.mask[size_t(i * n + j)] = 1;
       row.tree_mask = io.mask.data();
+      nsampled += n;
+    } else {
+      io.targets.assign(size_t(n), 0);
+      io.targets[size_t(n - 1)] = -1;
+      row.score_targets = io.targets.data();
+      row.score_count = n;
+      nsampled += 1;
+      nscored += n - 1;
     }
-    for (int i = 0; i < n; i++) io.logit_idx.push_back(i);  // every token's logits: more to compare
-    row.logit_idx = io.logit_idx.data();
-    row.logit_count = n;
-    io.logit_row = nlog;
-    nlog += n;
+    row.sampling = &io.sampling;
     io.medusa_row = nmed;
-    if (s.medusa >= 0) {
-      if (s.parents.empty()) {
-        io.medusa_idx = {n - 1};  // prefill: heads at the last prompt token
-      } else if (s.mode == Mode::kTreeAll) {
-        for (int i = 0; i < n; i++) io.medusa_idx.push_back(i);
-      } else {
-        row.medusa_leaf = true;  // the device walks the tree and runs the heads at its leaf
-        leaf = true;
-      }
-      row.medusa_idx = io.medusa_idx.data();
-      row.medusa_count = int32_t(io.medusa_idx.size());
-      nmed += (row.medusa_leaf ? 1 : row.medusa_count) * kHeads;
-    }
+    if (s.medusa >= 0) nmed += kHeads;
     in.rows.push_back(row);
     if (!s.copy_from.empty())
       in.copies.push_back({s.blocks[lane].data(), int32_t(s.blocks[lane].size()), s.copy_from.data(),
@@ -341,23 +343,41 @@ Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, Step
   in.tokens = tokens.data();
   in.positions = positions.data();
   in.num_tokens = int32_t(tokens.size());
-  r->logits.assign(size_t(nlog * V), 0.0f);
-  r->medusa.assign(size_t(nmed * V), 0.0f);
-  in.logits = r->logits.data();
-  in.logits_len = int64_t(r->logits.size());
-  in.medusa_logits = r->medusa.data();
-  in.medusa_len = int64_t(r->medusa.size());
+  std::vector<int32_t> sampled(static_cast<size_t>(nsampled)), draft_ids(static_cast<size_t>(nmed));
+  std::vector<float> logprobs(static_cast<size_t>(nsampled)), scores(static_cast<size_t>(nscored));
+  std::vector<float> step_logits(static_cast<size_t>((nsampled + nscored) * V));
+  in.tokens_out = sampled.data(), in.tokens_len = nsampled;
+  in.logprobs_out = logprobs.data();
+  in.scores = scores.data(), in.scores_len = nscored;
   r->leaves.assign(seqs.size(), -2);
-  if (leaf) {
-    in.medusa_leaves = r->leaves.data();
-    in.medusa_leaves_len = int64_t(r->leaves.size());
+  in.walk_ends = r->leaves.data(), in.walk_ends_len = int64_t(seqs.size());
+  in.draft_top_k = 1;
+  in.draft_ids = draft_ids.data(), in.draft_ids_len = nmed;
+  r->medusa.assign(size_t(nmed * V), 0.0f);
+  in.debug_logits = step_logits.data();
+  in.debug_medusa_logits = r->medusa.data();
+  LOOM_RETURN_IF_ERROR(model->step(in));
+  r->logits.assign(size_t(nlog * V), 0.0f);
+  for (size_t k = 0; k < seqs.size(); k++) {
+    const RowIO& io = r->io[k];
+    const int n = int(seqs[k]->feed.size());
+    float* dst = &r->logits[size_t(io.logit_row * V)];
+    auto copy_row = [&](int64_t from, int i) {
+      std::memcpy(dst + int64_t(i) * V, &step_logits[size_t(from * V)], size_t(V) * 4);
+    };
+    if (!seqs[k]->parents.empty()) {
+      for (int i = 0; i < n; i++) copy_row(io.sampled_row + i, i);
+    } else {
+      for (int i = 0; i < n - 1; i++) copy_row(nsampled + io.scored_row + i, i);
+      copy_row(io.sampled_row, n - 1);
+    }
   }
-  return model->step(in);
+  return Status::Ok();
 }
 
 // After a step (decided on the baseline's outputs `r`): commit each row's accepted tokens, queue
 // its KV compaction and feed the next step (the bonus token, and a fresh draft tree for tree rows).
-// Returns each row's leaf node (0 for chains), which the device's greedy leaf must match.
+// Returns each row's leaf node (0 for chains), which the devices' walks must end at.
 std::vector<int32_t> advance(std::vector<Seq*>& seqs, const StepResult& r, int64_t V, int step) {
   std::vector<int32_t> leaves;
   for (size_t k = 0; k < seqs.size(); k++) {
@@ -399,11 +419,7 @@ std::vector<int32_t> advance(std::vector<Seq*>& seqs, const StepResult& r, int64
     // Draft: the heads' two best at depths 1 and 2, head 2's best at depth 3, where the Medusa
     // logits of the leaf are (one block per head). While the row still follows its oracle, some
     // nodes take the oracle's tokens so accepted paths of length 0..3 all occur.
-    const float* heads = nullptr;
-    if (s.parents.empty() || s.mode == Mode::kTreeLeaf)
-      heads = &r.medusa[size_t(io.medusa_row * V)];
-    else
-      heads = &r.medusa[size_t((io.medusa_row + int64_t(leaf) * kHeads) * V)];
+    const float* heads = &r.medusa[size_t(io.medusa_row * V)];
     std::vector<int32_t> h0 = top2(heads, V), h1 = top2(heads + V, V), h2 = top2(heads + 2 * V, V);
     std::vector<int32_t> draft = {bonus, h0[0], h0[1], h1[0], h1[1], h2[0]};
     const size_t q = s.out.size();  // the oracle's next tokens are oracle[q], oracle[q+1], ...
@@ -555,15 +571,14 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
   if (!st.ok()) return res.error = st.code + ": " + st.message, res;
 
   // The batch: base, LoRA r8, LoRA r16 (prompt across a block boundary), a Medusa tree row
-  // walked on the device, a LoRA r8 Medusa row with heads at every node.
+  // walked on the device, and a LoRA r8 Medusa tree row.
   Rng prng(opt.seed * 131 + name_hash(spec.name));
   std::vector<Seq> seqs = {{"base"}, {"lora8"}, {"lora16"}, {"medusa-leaf"}, {"lora8+medusa"}};
   const int prompt_len[] = {13, 9, 21, 7, 10};
   seqs[1].lora = seqs[4].lora = kSlotLora8;
   seqs[2].lora = kSlotLora16;
   seqs[3].medusa = seqs[4].medusa = kSlotMedusa;
-  seqs[3].mode = Mode::kTreeLeaf;
-  seqs[4].mode = Mode::kTreeAll;
+  seqs[3].mode = seqs[4].mode = Mode::kTree;
   int next_block = 0;
   for (size_t k = 0; k < seqs.size(); k++) {
     for (int i = 0; i < prompt_len[k]; i++) seqs[k].prompt.push_back(int32_t(prng.next() % uint64_t(V)));
@@ -612,7 +627,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
       const float* bm = rd.medusa.data() + io.medusa_row * V;
       res.solo_worst = std::max(res.solo_worst, worst_ratio(rs.medusa.data(), bm, rs.medusa.size(), tol));
       count_greedy(rs.logits.data(), bl, int64_t(rs.logits.size()) / V, V, tol, &res.solo);
-      if (rs.leaves[0] != -2) {
+      if (!all[k]->parents.empty()) {
         res.solo.total++;
         res.solo.same += rs.leaves[0] == rd.leaves[k];
       }
@@ -628,10 +643,10 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
       res.sampled_own_logits.same += sampled_d[i] == sampled_b[i];
     }
     if (!st.ok()) break;
-    std::vector<bool> tree, walked;  // tree rows; those whose leaf the devices found (greedy leaf)
+    std::vector<bool> tree, walked;  // tree rows; those whose walk end the devices found
     for (const Seq* s : all) {
       tree.push_back(!s->parents.empty());
-      walked.push_back(s->mode == Mode::kTreeLeaf && !s->parents.empty());
+      walked.push_back(!s->parents.empty());
     }
     const std::vector<int32_t> leaves = advance(all, rb, V, step);
     for (size_t k = 0; k < all.size(); k++)
@@ -657,7 +672,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
 bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
   const std::string pair = std::string(dut->name()) + " vs " + base->name();
   std::printf("b. whole models (%s shapes), prefill + %d decode steps, rows: base, lora r8, lora r16, medusa "
-              "tree (device greedy leaf), lora r8 + medusa tree (heads at every node); seed %llu\n",
+              "tree, lora r8 + medusa tree (sampled at every node, walked on the device); seed %llu\n",
               opt.small ? "small" : "real", opt.decode_steps, static_cast<unsigned long long>(opt.seed));
   std::printf("%-8s %-5s %-17s %6s %-13s %6s %-13s %-16s %-11s %5s  %s\n", "model", "dtype", "devices", "worst",
               "greedy", "solo", "solo greedy", "sampled same/own", "tree acc/=", "secs", "result");

@@ -770,6 +770,7 @@ Status LlamaModel::forward(const StepInput& in) {
     dev_->rmsnorm(head_x, nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x, H);
     const MatmulJob head{lm_head_, nullptr, logits, V};
     dev_->matmul(head_x, nlog, H, &head, 1, false);
+    if (in.debug_logits) dev_->download(in.debug_logits, logits, nlog * V * 4);
   }
 
   // Sampling where the logits are (Device::sample, the engine's TokenSampler bit for bit), in
@@ -866,6 +867,8 @@ Status LlamaModel::forward(const StepInput& in) {
     }
     // Each head's K best ids, what the engine's draft takes.  [NH, K]
     dev_->top_k(out, NH, V, V, in.draft_top_k, draft_out);
+    if (in.debug_medusa_logits)
+      dev_->download(in.debug_medusa_logits + (draft_out - draft_ids) / in.draft_top_k * V, out, NH * V * 4);
     draft_out += NH * in.draft_top_k;
   }
 

@@ -95,6 +95,11 @@ struct StepInput {
   int32_t* walk_ends = nullptr;   // [R]
   int32_t* draft_ids = nullptr;   // [Σ heads of M rows, draft_top_k]
   int64_t tokens_len = 0, top_len = 0, scores_len = 0, walk_ends_len = 0, draft_ids_len = 0;
+  // Inspection for the native check program (never set by the addon): when non-null, copies of the
+  // step's logits [S + C, V] (sampled positions, then scored ones) and its heads' logits
+  // [Σ heads of M rows, V] (rows in batch order), to compare devices value by value.
+  float* debug_logits = nullptr;
+  float* debug_medusa_logits = nullptr;
 };
 
 // One LoRA module of one layer: A [r, in] and B transposed [r, out], f32.
