@@ -64,7 +64,7 @@ const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
 
 /**
  * Turns any `StepRunner` into a `Backend`: continuous batching over a paged KV cache, per-adapter
- * fair queues, sampling, stop rules and structured-output masks (see `Scheduler` for the policy).
+ * fair queues, sampling state, stop rules and structured-output masks (see `Scheduler` for the policy).
  * Adapters live in a bounded set of device slots with LRU eviction of unpinned adapters and a host
  * weight cache for reloads (see `AdapterRegistry` for that policy); a handle stays valid across
  * evictions until `unloadAdapter`.
@@ -73,27 +73,29 @@ const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
  * steps, so requests join and leave at step boundaries while the JS thread stays free. Every runner
  * call (load, step, adapter load/unload, close) is serialised through one queue.
  *
+ * Sampling happens in the runner, where the logits are (`RowSampling`): the engine keeps each
+ * request's sampling state (penalty history, how many draws its random stream has made) and
+ * grammar state, hands them to each row, and commits the tokens the runner returns.
+ *
  * Medusa speculation (requests with a `speculator`): the heads' top-k candidates along a sparse
  * tree (`SpeculationOptions.choices`) are verified in one step with a tree attention mask. The
- * verification rule is **sample-and-match**: starting at the root, the next token is chosen from
- * the model's logits at the current node exactly as plain decoding would choose it (same penalties,
- * grammar mask, warpers and one draw from the request's own random stream); if a child of the node
- * carries that token, it is accepted and the walk continues from it, else the step ends with that
- * token. Every emitted token is therefore the one plain decoding would have produced given the
- * same prefix and random draws: greedy output is identical to greedy decoding, and seeded sampled
- * output is identical to seeded plain sampling (lossless; unlike Medusa's typical acceptance, no
- * ε/α trade quality for speed). Grammar constraints advance token by token inside the walk, so
- * constrained rows speculate too, with no rollback. The accepted branch's KV entries are
- * compacted by `kvCopies` before the next step; rejected branches are simply overwritten. The
- * first token of a step is reported normally, the accepted extra ones with `skipped: true`.
- * Head logits are asked only on the tree's rank-0 chain; a walk that stops off it drafts from its
- * deepest ancestor on the chain with the heads shifted (a shallower draft). Plain greedy rows on a
- * runner that offers it (`ModelSpec.medusaLeaf`) ask instead for the heads at the one node where
- * the runner's greedy walk stops, which is where this walk stops too (`StepRow.medusaLeaf`): one
- * head block per step, and an exact draft. Unless `SpeculationOptions.adaptive` is false,
- * `AdaptiveTreePolicy` picks each step's tree (nested trees, re-ranked by measured per-node
- * acceptance, or plain decoding) from measured step times, per (adapter, speculator) key and for
- * the whole step; like everything above, it changes speed only, never the tokens.
+ * verification rule is **sample-and-match**: the runner samples every node exactly as plain
+ * decoding would there (same penalties with the path's tokens, the node's grammar mask, warpers
+ * and the draw of the request's own stream at that depth); starting at the root, if a child of
+ * the node carries the node's token, it is accepted and the walk continues from it, else the step
+ * ends with that token. Every emitted token is therefore the one plain decoding would have
+ * produced given the same prefix and random draws: greedy output is identical to greedy decoding,
+ * and seeded sampled output is identical to seeded plain sampling (lossless; unlike Medusa's
+ * typical acceptance, no ε/α trade quality for speed). Grammar constraints advance token by token
+ * inside the walk, so constrained rows speculate too, with no rollback. The accepted branch's KV
+ * entries are compacted by `kvCopies` before the next step; rejected branches are simply
+ * overwritten. The first token of a step is reported normally, the accepted extra ones with
+ * `skipped: true`. The runner walks the tree too and runs the heads once, at the walk's end
+ * (`StepOutput.walkEnds`, `draftIds`), so the next draft is exact. Unless
+ * `SpeculationOptions.adaptive` is false, `AdaptiveTreePolicy` picks each step's tree (nested
+ * trees, re-ranked by measured per-node acceptance, or plain decoding) from measured step times,
+ * per (adapter, speculator) key and for the whole step; like everything above, it changes speed
+ * only, never the tokens.
  *
  * Prompt lookup (`SpeculationOptions.promptLookup`): a request without Medusa heads drafts a chain
  * of the tokens that followed the latest earlier occurrence of its last n-gram (`lookupDraft`),
