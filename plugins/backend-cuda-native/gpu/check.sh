@@ -6,7 +6,7 @@
 #      shapes (the same grid the cpu device passes in `npm test`), one table row per seed;
 #   b. whole random Llama/Mistral/Qwen2 models (f32 and bf16) on cuda and on cpu side by side: a
 #      prefill and 20 decode steps of one batch of base, LoRA (ranks 8, 16) and Medusa tree rows,
-#      each row also alone on cuda; logits within tolerance, greedy tokens and greedy-leaf nodes
+#      each row also alone on cuda; logits within tolerance, greedy tokens and walk ends
 #      identical, seeded sampled tokens identical, rows alone equal to themselves in the batch
 #      (native/test-program/model-check.cc), one table row per model and dtype.
 # Exits non-zero when the build fails, the cuda device cannot run here, or any case fails.
