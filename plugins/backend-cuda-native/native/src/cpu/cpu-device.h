@@ -96,9 +96,10 @@ constexpr int kMaxTokens = 4;
 
 // From this many tokens a matmul over bf16 weights computes with vdpbf16ps where the CPU has
 // AVX-512 BF16 (matmul-bf16-avx512.cc): the activations are rounded to bf16 once per call, so
-// such steps differ from the f32 path by that rounding (see there); smaller steps (decode) keep
-// exact f32 products. Measured in the README (prefill section).
-constexpr int64_t kBf16DotMinTokens = 16;
+// such steps differ from the f32 path by that rounding (see there); smaller steps (decode,
+// batched decode, Medusa verification trees) keep exact f32 products. Measured in the README
+// (prefill section). LOOM_CPU_BF16_DOT_MIN_TOKENS overrides it (0: never), for measuring.
+constexpr int64_t kBf16DotMinTokens = 64;
 
 // Shared by matmul-cpu.cc and lora-cpu.cc.
 // Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} f32(w[i][k]) * x[t][k]

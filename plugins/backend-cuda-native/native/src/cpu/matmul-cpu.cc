@@ -24,6 +24,8 @@
 #include "cpu/intrinsics.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -339,11 +341,32 @@ void CpuDevice::prefetch_in_next_matmul(const CacheRegion* regions, int n) {
 // bf16 weights in steps of kBf16DotMinTokens or more to the vdpbf16ps kernel where the CPU has
 // them, everything else to the generic kernel below. The model's calls are single-dtype, so this
 // is one call in practice.
+namespace {
+// The dot-product paths' switches, read once from the environment (for measuring one path
+// against the other on a host; the defaults are what measured best here).
+struct DotPaths {
+  int64_t bf16_min_tokens = kBf16DotMinTokens;  // LOOM_CPU_BF16_DOT_MIN_TOKENS (0: off)
+  bool q8_vnni = true;                          // LOOM_CPU_Q8=widen: the widening path instead
+  DotPaths() {
+    if (const char* v = std::getenv("LOOM_CPU_BF16_DOT_MIN_TOKENS")) {
+      const long n = std::strtol(v, nullptr, 10);
+      bf16_min_tokens = n > 0 ? n : INT64_MAX;
+    }
+    if (const char* v = std::getenv("LOOM_CPU_Q8")) q8_vnni = std::strcmp(v, "widen") != 0;
+  }
+};
+const DotPaths& dot_paths() {
+  static const DotPaths paths;
+  return paths;
+}
+}  // namespace
+
 void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   enum Path { kGeneric = 0, kQ8Dot = 1, kBf16Dot = 2 };
-  auto path = [T](const MatmulJob& j) {
-    if (LOOM_AVX512_VNNI && j.w.dtype == DType::Q8) return kQ8Dot;
-    if (LOOM_AVX512_BF16 && j.w.dtype == DType::BF16 && T >= kBf16DotMinTokens) return kBf16Dot;
+  const DotPaths& dp = dot_paths();
+  auto path = [T, &dp](const MatmulJob& j) {
+    if (LOOM_AVX512_VNNI && j.w.dtype == DType::Q8 && dp.q8_vnni) return kQ8Dot;
+    if (LOOM_AVX512_BF16 && j.w.dtype == DType::BF16 && T >= dp.bf16_min_tokens) return kBf16Dot;
     return kGeneric;
   };
   int npath[3] = {0, 0, 0};
