@@ -6,7 +6,6 @@ import type {
   BackendFinishReason,
   BackendRequest,
   BackendStats,
-  GeneratedToken,
   GenerationEvent,
 } from '../contracts/backend.ts'
 import { IDLE_BACKEND_STATS } from '../contracts/backend.ts'
@@ -25,6 +24,7 @@ import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-optio
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
 import { draftFromIds } from './medusa/draft.ts'
+import { branchCompaction, walkVerification, type Sampled } from './medusa/verify.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
 import { lookupDraft, lookupTree, type PromptLookupOptions } from './medusa/prompt-lookup.ts'
@@ -53,12 +53,6 @@ interface Loaded {
   /** Longest sequence (prompt + generated) allowed. */
   readonly contextLimit: number
 }
-
-/**
- * What sampling one position gave: a token; `done` when the constraint terminated with nothing
- * more to say (the sequence ends with `eos_token`); `none` when the constraint allows no token.
- */
-type Sampled = GeneratedToken | 'done' | 'none'
 
 const NO_TOKEN_ALLOWED = 'the output constraint allows no token'
 
@@ -597,50 +591,21 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     const { seq, row, treeNodes } = planned
     const subTree = planned.subTree!
     const { tree } = subTree
-    const emitted: GeneratedToken[] = []
-    const accepted: number[] = []
-    let node = 0
-    let ending: BackendFinishReason | null = null
-    let failed = false
-    for (;;) {
-      const token = this.take(seq, results, at.sampled + node)
-      if (token === 'done' || token === 'none') {
-        // The tokens already chosen go out before the ending.
-        if (token === 'done') ending = 'eos_token'
-        else failed = true
-        break
-      }
-      emitted.push(emitted.length === 0 ? token : { ...token, skipped: true })
-      ending = this.stopReason(seq, token.id)
-      if (ending !== null) break
-      let next = -1
-      for (const child of tree.children[node]!) {
-        if (child < treeNodes && row.tokens[child] === token.id) {
-          next = child
-          break
-        }
-      }
-      this.treePolicy?.recordChildren(seq.policyKey, subTree, node, treeNodes, next)
-      if (next < 0) break
-      accepted.push(next)
-      node = next
-    }
+    const { emitted, accepted, node, ending } = walkVerification(
+      tree,
+      treeNodes,
+      row.tokens,
+      (n) => this.take(seq, results, at.sampled + n),
+      (id) => this.stopReason(seq, id),
+      (n, next) => this.treePolicy?.recordChildren(seq.policyKey, subTree, n, treeNodes, next),
+    )
     this.speculationCounters.recordVerify(tree.depth[treeNodes - 1]!, treeNodes - 1, accepted.length, emitted.length)
-    if (emitted.length > 0) seq.channel.push({ type: 'tokens', tokens: emitted })
-    if (failed) return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
+    if (emitted.length > 0) seq.channel.push({ type: 'tokens', tokens: [...emitted] })
+    if (ending === 'none') return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
     if (ending !== null) return this.finish(seq, ending)
-    // Root is committed (chunk 1); the accepted candidates sit at cacheLen - 1 + node and move up.
-    const root = row.cacheLen
-    const from: number[] = []
-    const to: number[] = []
-    accepted.forEach((n, j) => {
-      if (n !== j + 1) {
-        from.push(root + n)
-        to.push(root + j + 1)
-      }
-    })
+    // Root is committed (chunk 1); the accepted candidates move up into the branch's places.
+    seq.pendingCopy = branchCompaction(row.cacheLen, accepted)
     seq.cacheLen += accepted.length
-    seq.pendingCopy = from.length > 0 ? { from, to } : null
     if (walkEnd !== node && seq.drafter === 'medusa') {
       // The runner's walk must end where this one does (both follow the same sampled tokens);
       // should they differ, its heads ran elsewhere: decode the next step without a draft.
