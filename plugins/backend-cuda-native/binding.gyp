@@ -19,6 +19,7 @@
         "native/src/cpu/matmul-cpu.cc",
         "native/src/cpu/matmul-q8-cpu.cc",
         "native/src/cpu/matmul-bf16-avx512.cc",
+        "native/src/cpu/matmul-bf16-amx.cc",
         "native/src/cpu/lora-cpu.cc",
         "native/src/cpu/ops-cpu.cc",
         "native/src/cpu/sampler-cpu.cc",

@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "cpu/cpu-device.h"
+#include "cpu/matmul-bf16-amx.h"
 #include "cpu/simd-config.h"
 
 namespace loom {
@@ -27,6 +28,31 @@ namespace loom {
 namespace {
 
 constexpr int64_t kPanelBytes = 192 * 1024;
+
+// Horizontal sums of 4 vectors: [Σa, Σb, Σc, Σd] in 13 shuffles/adds (as matmul-cpu.cc's;
+// _mm512_reduce_add_ps per accumulator costs twice that, a fifth of a short-K dot).
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+}
+
+// Reduce TN × kRows accumulators into out [TN * kRows], 4 at a time in the flattened order.
+template <int TN>
+inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
+  constexpr int n = TN * kRows;
+  int j = 0;
+#pragma GCC unroll 8
+  for (; j + 4 <= n; j += 4)
+    _mm_storeu_ps(out + j, hsum4(acc[j / kRows][j % kRows], acc[(j + 1) / kRows][(j + 1) % kRows],
+                                 acc[(j + 2) / kRows][(j + 2) % kRows], acc[(j + 3) / kRows][(j + 3) % kRows]));
+#pragma GCC unroll 4
+  for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
+}
+
 
 // x rows [T, ldx] f32 -> bf16 [T, K32], rounded to nearest even, zero past K.
 void to_bf16_row(const float* x, int64_t K, int64_t K32, uint16_t* out) {
@@ -75,9 +101,7 @@ inline void dot_bf16(const uint16_t* const* w, const uint16_t* const* x, int64_t
     step(_mm512_maskz_loadu_epi16(m, w0p + k), _mm512_maskz_loadu_epi16(m, w1p + k),
          _mm512_maskz_loadu_epi16(m, w2p + k), k);
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < TN; t++)
-    for (int r = 0; r < kRows; r++) out[t * kRows + r] = _mm512_reduce_add_ps(acc[t][r]);
+  reduce_tile<TN>(acc, out);
 }
 
 void dot_bf16_tn(int tn, const uint16_t* const* w, const uint16_t* const* x, int64_t K, float* out) {
@@ -95,25 +119,58 @@ void dot_bf16_tn(int tn, const uint16_t* const* w, const uint16_t* const* x, int
 
 }  // namespace
 
+// With AMX (K a multiple of 32 and the process granted tile state), each job's first N - N % 16
+// rows go to amx_dot_rows in blocks of 32 (flagged kAmxBlock in the work list) and only the
+// remaining rows to the vdpbf16ps kernel.
 void CpuDevice::matmul_bf16_dot(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                                 bool accumulate) {
   const int64_t K = jobs[0].w.cols, K32 = (K + 31) / 32 * 32;
-  if (int64_t(xq_.size()) < T * K32 * 2 + 64) xq_.resize(size_t(T * K32 * 2 + 64));
+#if LOOM_AMX_BF16
+  const bool amx = K % 32 == 0 && amx_usable();
+#else
+  const bool amx = false;
+#endif
+  const int64_t ttiles = (T + 15) / 16;
+  const int64_t xb_elems = T * K32, xv_elems = amx ? ttiles * 16 * K : 0;
+  if (int64_t(xq_.size()) < (xb_elems + xv_elems) * 2 + 128) xq_.resize(size_t((xb_elems + xv_elems) * 2 + 128));
   uint16_t* xb = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(xq_.data()) + 63) & ~uintptr_t(63));
+  uint16_t* xv = xb + (xb_elems + 31) / 32 * 32;
+  // Per 16-token tile: round its rows to bf16, then (AMX) interleave them into the B layout.
   pool_.run([&](int chunk, int nchunks) {
-    int64_t t0, t1;
-    split_range(T, nchunks, chunk, 1, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) to_bf16_row(x + t * ldx, K, K32, xb + t * K32);
+    int64_t a, b;
+    split_range(ttiles, nchunks, chunk, 1, &a, &b);
+    for (int64_t tt = a; tt < b; tt++) {
+      const int64_t t1 = std::min(T, (tt + 1) * 16);
+      for (int64_t t = tt * 16; t < t1; t++) to_bf16_row(x + t * ldx, K, K32, xb + t * K32);
+#if LOOM_AMX_BF16
+      if (amx) amx_pack_tokens(xb + tt * 16 * K32, t1 - tt * 16, K32, K, xv + tt * 16 * K);
+#endif
+    }
   });
+  constexpr int64_t kAmxBlock = int64_t(1) << 39;  // flag bit of a work item: 32 rows on AMX tiles
   blocks_.clear();
-  for (int j = 0; j < njobs; j++)
-    for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
+  for (int j = 0; j < njobs; j++) {
+    const int64_t N = jobs[j].w.rows, amx_rows = amx ? N / 16 * 16 : 0;
+    for (int64_t n = 0; n < amx_rows; n += 32) blocks_.push_back(int64_t(j) << 40 | kAmxBlock | n);
+    for (int64_t n = amx_rows; n < N; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
+  }
   const int64_t nblocks = int64_t(blocks_.size());
   const int64_t* blocks = blocks_.data();
   const int64_t panel = std::max<int64_t>(1, kPanelBytes / (kRows * K * 2));
   pool_.run([&](int chunk, int nchunks) {
     int64_t b0, b1;
     split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
+#if LOOM_AMX_BF16
+    // The AMX blocks of this chunk (they come first in each job's run).
+    while (b0 < b1 && (blocks[b0] & kAmxBlock)) {
+      const MatmulJob& job = jobs[blocks[b0] >> 40];
+      const int64_t n = blocks[b0] & (kAmxBlock - 1);
+      amx_dot_rows(xv, T, job, n, std::min(n + 32, job.w.rows / 16 * 16), accumulate);
+      b0++;
+    }
+#endif
+    // The rest: the vdpbf16ps kernel (AMX items after a dot item belong to a later job: none
+    // in the model's calls, whose jobs all take the same path; run them here too).
     for (int64_t p0 = b0; p0 < b1; p0 += panel) {
       const int64_t p1 = std::min(b1, p0 + panel);
       for (int64_t t = 0; t < T; t += kMaxTokens) {
@@ -122,6 +179,15 @@ void CpuDevice::matmul_bf16_dot(const float* x, int64_t T, int64_t ldx, const Ma
         for (int i = 0; i < kMaxTokens; i++) xs[i] = xb + std::min<int64_t>(t + i, T - 1) * K32;
         for (int64_t b = p0; b < p1; b++) {
           const MatmulJob& job = jobs[blocks[b] >> 40];
+          if (blocks[b] & kAmxBlock) {
+#if LOOM_AMX_BF16
+            if (t == 0) {
+              const int64_t n = blocks[b] & (kAmxBlock - 1);
+              amx_dot_rows(xv, T, job, n, std::min(n + 32, job.w.rows / 16 * 16), accumulate);
+            }
+#endif
+            continue;
+          }
           const int64_t n0 = blocks[b] & ((int64_t(1) << 40) - 1);
           const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
           const uint16_t* base = static_cast<const uint16_t*>(job.w.data);

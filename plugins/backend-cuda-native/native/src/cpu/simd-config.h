@@ -26,3 +26,12 @@
 #else
 #define LOOM_AVX512_BF16 0
 #endif
+
+// AMX bf16 tiles (tdpbf16ps, 16 x 16 x 32 per instruction) for the same many-token bf16 matmuls,
+// where the build machine has them (Sapphire Rapids and newer Xeons); used only once the kernel
+// grants the process AMX state (matmul-bf16-amx.cc). LOOM_NO_AMX turns them off.
+#if LOOM_AVX512_BF16 && defined(__AMX_TILE__) && defined(__AMX_BF16__) && !defined(LOOM_NO_AMX)
+#define LOOM_AMX_BF16 1
+#else
+#define LOOM_AMX_BF16 0
+#endif

@@ -1,0 +1,25 @@
+// AMX tiles for the bf16 prefill matmul (matmul-bf16-amx.cc), used by matmul_bf16_dot.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "cpu/simd-config.h"
+
+namespace loom {
+
+#if LOOM_AMX_BF16
+// Whether this process may use AMX tile data (asked of the kernel once; false where it refuses).
+bool amx_usable();
+
+// Semantics: for each tile tt of 16 tokens, k-pair p < K/2, j < 16:
+//   xv[((tt*K/2 + p)*16 + j)*2 + e] = xb[(16tt + j)*K32 + 2p + e] (0 for tokens >= T)
+// xb [T, K32] bf16 (rows from matmul_bf16_dot), xv [ceil(T/16) * 16 * K] bf16. K even.
+void amx_pack_tokens(const uint16_t* xb, int64_t T, int64_t K32, int64_t K, uint16_t* xv);
+
+// Semantics: for n in [n0, n1), t < T: y[t*ldy + n] = (accumulate ? y : 0) + bias[n] +
+//   Σ_k f32(w[n, k]) · f32(x[t, k]), x as packed in xv. n0, n1 multiples of 16, K of 32.
+void amx_dot_rows(const uint16_t* xv, int64_t T, const MatmulJob& job, int64_t n0, int64_t n1, bool accumulate);
+#endif
+
+}  // namespace loom
