@@ -9,9 +9,15 @@
  * denominator). Configurations are interleaved over several rounds so a burst of load from other
  * processes hits all of them alike; see bench-report.ts for how rounds are summarised.
  *
+ * `int8` is the bf16 model served with `weights: int8` (quantised at load; its adapters stay bf16).
+ * Each dtype also times the prefill of one LOOM_BENCH_PREFILL-token prompt (256; the step also
+ * samples the token after it), twice per round after the decode configurations, and prints
+ * tokens/s per dtype.
+ *
  * Knobs (environment): LOOM_THREADS (default: all cores), LOOM_BENCH_ROUNDS (3),
  * LOOM_BENCH_STEPS (timed steps per configuration and round, 8), LOOM_BENCH_DTYPES
- * (`float32,bfloat16`), LOOM_BENCH_BATCHES (`1,8,32`), LOOM_BENCH_DIR (asset cache).
+ * (`float32,bfloat16,int8`), LOOM_BENCH_BATCHES (`1,8,32`), LOOM_BENCH_PREFILL (`0` skips the
+ * prefill line), LOOM_BENCH_DIR (asset cache).
  *
  * Then the Medusa section (medusa-bench.ts): greedy generation through the BatchingEngine at
  * batch 1 and 4 with and without the demo model's heads. Knobs: LOOM_BENCH_MEDUSA (`0` skips
@@ -23,6 +29,7 @@
  * pairs per batch size, 3; the speed-up is the median of the pairs' ratios).
  */
 import os from 'node:os'
+import { GREEDY_SAMPLING, type StepRow } from '@loom/core'
 import type { ModelDtype } from '@loom/testkit'
 import { loadNative, NativeStepRunner } from '../src/index.ts'
 import { defaultThreads } from '../src/runner-options.ts'
@@ -31,7 +38,7 @@ import { formatTable, judge, median, summarise, type SummaryRow, type TargetResu
 import { timeDecode, type AdapterMix, type DecodeRun } from './decode-timer.ts'
 import { medusaAssets } from './medusa-assets.ts'
 import { benchMedusa, formatMedusaTable, type MedusaRow } from './medusa-bench.ts'
-import { decodeStepBytes, loraAdapterBytes } from './step-bytes.ts'
+import { decodeStepBytes, INT8_WEIGHT_BYTES, loraAdapterBytes } from './step-bytes.ts'
 
 const envInt = (name: string, dflt: number): number => {
   const v = Number(process.env[name])
@@ -46,14 +53,68 @@ const envList = (name: string, dflt: string): string[] =>
 const threads = defaultThreads()
 const rounds = envInt('LOOM_BENCH_ROUNDS', 3)
 const timedSteps = envInt('LOOM_BENCH_STEPS', 8)
-const dtypes = envList('LOOM_BENCH_DTYPES', 'float32,bfloat16') as ModelDtype[]
+/** A bench model's dtype, or `int8`: the bf16 model with `weights: int8`. */
+type BenchDtype = ModelDtype | 'int8'
+const dtypes = envList('LOOM_BENCH_DTYPES', 'float32,bfloat16,int8') as BenchDtype[]
 const batches = envList('LOOM_BENCH_BATCHES', '1,8,32').map(Number)
+const prefillTokens = process.env.LOOM_BENCH_PREFILL === '0' ? 0 : envInt('LOOM_BENCH_PREFILL', 256)
 const mixes: AdapterMix[] = ['base', 'one-adapter', 'distinct']
 const promptTokens = 8
 const warmupSteps = 2
 const maxBatch = Math.max(...batches)
 const log = (line: string): void => console.error(`[bench] ${line}`)
 const out = (text: string): void => void process.stdout.write(text + '\n')
+
+/** Prefill timings of one dtype: every prompt's wall time, ms. */
+interface PrefillRun {
+  readonly dtype: string
+  readonly tokens: number
+  readonly ms: number[]
+}
+
+/**
+ * Wall time of one step prefilling a fresh `tokens`-token sequence (blocks from 0) and sampling
+ * the token after it greedily, as a whole prompt's prefill does.
+ */
+async function timePrefill(runner: NativeStepRunner, tokens: number, blockSize: number): Promise<number> {
+  const row: StepRow = {
+    seqId: 1,
+    tokens: Int32Array.from({ length: tokens }, (_, p) => 3 + ((p * 7919) % 4000)),
+    positions: Int32Array.from({ length: tokens }, (_, p) => p),
+    cacheLen: 0,
+    blockTable: Int32Array.from({ length: Math.ceil(tokens / blockSize) }, (_, b) => b),
+    loraSlot: -1,
+    sampling: {
+      params: GREEDY_SAMPLING,
+      draws: 0,
+      penalties: new Int32Array(0),
+      allowed: null,
+      terminated: null,
+      topLogprobs: 0,
+    },
+    scoreTargets: new Int32Array(0),
+    medusaSlot: -1,
+  }
+  const t0 = process.hrtime.bigint()
+  await runner.step({ rows: [row], kvCopies: [], topLogprobs: 0, draftTopK: 1 })
+  return Number(process.hrtime.bigint() - t0) / 1e6
+}
+
+function formatPrefillTable(runs: readonly PrefillRun[]): string {
+  const lines = [
+    '| dtype | prompt tokens | ms best | ms median | tokens/s (best) | tokens/s (median) |',
+    '|---|---:|---:|---:|---:|---:|',
+  ]
+  for (const r of runs) {
+    const best = Math.min(...r.ms)
+    const med = median(r.ms)
+    lines.push(
+      `| ${r.dtype} | ${r.tokens} | ${best.toFixed(1)} | ${med.toFixed(1)} | ${((r.tokens / best) * 1000).toFixed(1)} | ` +
+        `${((r.tokens / med) * 1000).toFixed(1)} |`,
+    )
+  }
+  return lines.join('\n')
+}
 
 async function bandwidth(): Promise<number[]> {
   // Many short passes rather than a few long ones: on a shared machine the best of many is the
@@ -70,39 +131,51 @@ async function main(): Promise<void> {
 
   const rows: SummaryRow[] = []
   const targets: TargetResult[] = []
+  const prefill: PrefillRun[] = []
   let adapters: Awaited<ReturnType<typeof benchAdapters>> | null = null
   for (const dtype of dtypes) {
-    const modelDir = await benchModel(dtype, log)
+    const modelDir = await benchModel(dtype === 'int8' ? 'bfloat16' : dtype, log)
     adapters ??= await benchAdapters(modelDir, maxBatch, log)
     const blockSize = 16
     const runner = new NativeStepRunner(modelDir, {
       threads,
       kv_block_size: blockSize,
-      kv_cache_tokens: maxBatch * (Math.ceil((promptTokens + warmupSteps + timedSteps) / blockSize) + 1) * blockSize,
-      max_batch_tokens: maxBatch * promptTokens,
+      kv_cache_tokens: Math.max(
+        maxBatch * (Math.ceil((promptTokens + warmupSteps + timedSteps) / blockSize) + 1) * blockSize,
+        prefillTokens + blockSize,
+      ),
+      max_batch_tokens: Math.max(maxBatch * promptTokens, prefillTokens),
       adapter_slots: maxBatch,
       max_lora_rank: LORA_RANK,
+      weights: dtype === 'int8' ? 'int8' : 'auto',
     })
     try {
       const spec = await runner.load()
       const slots: number[] = []
       for (const a of adapters) slots.push(await runner.loadAdapter(a))
       const perRound: DecodeRun[][] = []
+      const prefillMs: number[] = []
+      if (prefillTokens > 0) await timePrefill(runner, prefillTokens, blockSize) // warm-up
       for (let r = 0; r < rounds; r++) {
         const runs: DecodeRun[] = []
         for (const batch of batches)
           for (const mix of mixes)
             runs.push(await timeDecode(runner, { batch, mix, slots, promptTokens, warmupSteps, timedSteps, blockSize }))
         perRound.push(runs)
+        for (let i = 0; prefillTokens > 0 && i < 2; i++)
+          prefillMs.push(await timePrefill(runner, prefillTokens, blockSize))
         log(`${dtype}: round ${r + 1}/${rounds} done`)
       }
-      const bytes = dtype === 'float32' ? 4 : 2
+      if (prefillTokens > 0) prefill.push({ dtype, tokens: prefillTokens, ms: prefillMs })
+      const bytes = dtype === 'float32' ? 4 : dtype === 'int8' ? INT8_WEIGHT_BYTES : 2
+      // Adapters are stored in the model file's dtype (int8 serves the bf16 file).
+      const adapterBytes = dtype === 'float32' ? 4 : 2
       const bwBest = Math.max(...bwRuns)
       // Mean context over the timed steps (the KV history a decode step reads).
       const ctx = promptTokens + warmupSteps + timedSteps / 2
       const roofMs = (mix: AdapterMix): number =>
-        (decodeStepBytes(spec, bytes, ctx, mix === 'base' ? 0 : LORA_RANK) / (bwBest * 1e9)) * 1000
-      const summary = summarise(dtype, perRound, roofMs, loraAdapterBytes(spec, bytes, LORA_RANK))
+        (decodeStepBytes(spec, bytes, ctx, mix === 'base' ? 0 : LORA_RANK, adapterBytes) / (bwBest * 1e9)) * 1000
+      const summary = summarise(dtype, perRound, roofMs, loraAdapterBytes(spec, adapterBytes, LORA_RANK))
       rows.push(...summary)
       targets.push(...judge(dtype, summary))
     } finally {
@@ -142,6 +215,12 @@ async function main(): Promise<void> {
   out('')
   out(formatTable(rows, targets))
   out('')
+  if (prefill.length > 0) {
+    out(`### Prefill: one ${prefillTokens}-token prompt per step (${rounds * 2} prompts per dtype, after a warm-up)`)
+    out('')
+    out(formatPrefillTable(prefill))
+    out('')
+  }
   if (medusa) {
     const b1 = medusa.rows.filter((r) => r.batch === 1)
     const speedup = b1.find((r) => r.medusa)?.speedUp ?? NaN
@@ -169,6 +248,7 @@ async function main(): Promise<void> {
       bandwidthGBs: { best: Math.max(...bwAll), median: median(bwAll), runs: bwAll },
       rows,
       targets,
+      prefill,
       medusa,
     }),
   )
