@@ -3,7 +3,9 @@
  * prints the markdown. A cell's figure per round is tokens/s from the median step (or prefill) of
  * that round; the table shows min/median/max over rounds. The ratio Loom/llama.cpp is the median
  * over rounds of the two engines' figures in the same round, taken back to back, so a burst of
- * load from other processes hits both sides of a ratio alike.
+ * load from other processes hits both sides of a ratio alike; the targets are judged on it. Beside
+ * it, the ratio of the two engines' best rounds (each one's least disturbed window on a shared
+ * machine). The roofline share uses the best round, as `npm run bench` does.
  */
 import { median } from '../bench-report.ts'
 
@@ -28,7 +30,9 @@ export interface PeerCell {
   readonly llama: Spread
   /** Median over rounds of Loom / llama.cpp tokens/s in the same round; null without Loom. */
   readonly ratio: number | null
-  /** Decode B=1 only: roofline step time (bytes / bandwidth) over the median step time, %. */
+  /** Loom's best round over llama.cpp's best round; null without Loom. */
+  readonly bestRatio: number | null
+  /** Decode B=1 only: roofline step time (bytes / bandwidth) over the best round's step time, %. */
   readonly loomRooflinePct: number | null
   readonly llamaRooflinePct: number | null
   readonly rooflineMs: number | null
@@ -74,7 +78,7 @@ export function peerCell(
   const ratio = loomRounds ? median(loomRounds.map((v, r) => v / llamaRounds[r]!)) : null
   // tokens/s at batch 1 is 1000 / step ms, so roofline ms over step ms is roofline ms × tokens/s / 1000.
   const pct = (s: Spread | null): number | null =>
-    rooflineMs === null || s === null ? null : (100 * rooflineMs * s.median) / 1000
+    rooflineMs === null || s === null ? null : (100 * rooflineMs * s.max) / 1000
   return {
     dtype,
     measure,
@@ -82,6 +86,7 @@ export function peerCell(
     loomMissing,
     llama,
     ratio,
+    bestRatio: loom ? loom.max / llama.max : null,
     loomRooflinePct: pct(loom),
     llamaRooflinePct: pct(llama),
     rooflineMs,
@@ -136,7 +141,7 @@ export function formatPeerTables(
   targets: readonly PeerTarget[],
 ): string {
   const lines = [
-    '| weights (Loom vs llama.cpp) | cell | Loom tokens/s min / **median** / max | llama.cpp tokens/s min / **median** / max | Loom / llama.cpp | % of DRAM roofline, Loom (llama.cpp) |',
+    '| weights (Loom vs llama.cpp) | cell | Loom tokens/s min / **median** / max | llama.cpp tokens/s min / **median** / max | Loom / llama.cpp, median of rounds (best / best) | % of DRAM roofline in the best round, Loom (llama.cpp) |',
     '|---|---|---:|---:|---:|---:|',
   ]
   const names: Record<PeerDtype, string> = { f32: 'f32 vs F32', bf16: 'bf16 vs BF16', '8-bit': 'int8 vs Q8_0' }
@@ -147,7 +152,7 @@ export function formatPeerTables(
         : `${c.loomRooflinePct === null ? 'n/a' : `${f(c.loomRooflinePct, 0)}%`} (${f(c.llamaRooflinePct, 0)}%) of ${f(c.rooflineMs, 2)} ms`
     lines.push(
       `| ${names[c.dtype]} | ${c.measure} | ${c.loom ? span(c.loom) : `n/a (${c.loomMissing})`} | ${span(c.llama)} | ` +
-        `${c.ratio === null ? 'n/a' : `${f(c.ratio, 2)}×`} | ${roof} |`,
+        `${c.ratio === null ? 'n/a' : `**${f(c.ratio, 2)}×** (${f(c.bestRatio, 2)}×)`} | ${roof} |`,
     )
   }
   if (checks.length > 0) {

@@ -27,9 +27,11 @@
  *   it (logits for the last position only on both sides); LOOM_BENCH_PREFILLS timed prefills.
  *   tokens/s = 256000 / ms.
  * The token ids fed are the same on both sides (bench-tokens.ts). Within a round the two engines
- * alternate per cell and the order flips every round. The DRAM roofline of a decode B=1 step is
- * the bytes it must read (step-bytes.ts: weights in their stored size, 34 bytes per 32 for both
- * 8-bit formats, the KV history, norms) over the best measured read bandwidth (before and after).
+ * alternate per cell and the order flips every round. The ratio is the median over rounds of the
+ * two engines' figures in the same round; the best-round ratio is shown beside it. The DRAM
+ * roofline of a decode B=1 step is the bytes it must read (step-bytes.ts: weights in their stored
+ * size, 34 bytes per 32 for both 8-bit formats, the KV history, norms) over the best measured read
+ * bandwidth (before and after), and the share is that time over the best round's step time.
  *
  * Targets (issue 19): 8-bit decode B=1 ≥ 1.0× Q8_0; bf16 prefill ≥ 1.0×; f32 and bf16 decode at
  * B=1 and B=8 ≥ 1.0×; each dtype's decode B=1 ≥ 75% of its roofline. Until the runtime accepts
