@@ -89,3 +89,38 @@ t.test('logprobs, top logprobs and greedy tokens of every sampled position', asy
     if (mass > 1 + 1e-5) t.fail(`position ${i}: top probabilities sum to ${mass}`)
   }
 })
+
+t.test('prompt logprobs: scoreTargets give each target raw log-softmax, beside sampled rows', async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'loom-native-scores-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  await buildModel(dir, { arch: 'llama', hiddenSize: 64, numLayers: 2, vocabSize: 1003, seed: 23 })
+  const ref = await ReferenceModel.load(dir)
+  const runner = new NativeStepRunner(dir, { threads: 2, kv_cache_tokens: 256, kv_block_size: 4 })
+  t.teardown(() => runner.close())
+  const spec = await runner.load()
+  const alloc = blockAllocator(spec.kvBlockCount)
+  const prompt = [5, 9, 14, 2, 77, 301, 4, 1000]
+  const other = [8, 3, 600]
+  const scored = new TestSequence(1, spec.kvBlockSize, alloc)
+  const plain = new TestSequence(2, spec.kvBlockSize, alloc)
+  // A prefill chunk of the first 5 prompt tokens (samples nothing: scores the next prompt token at
+  // each position, the sixth included), beside a causal row that samples; then the rest, sampled.
+  const first = { ...scored.row(prompt.slice(0, 5)), sampling: null, scoreTargets: Int32Array.from(prompt.slice(1, 6)) }
+  const out1 = await runner.step(batchOf([plain.row(other), first]))
+  t.equal(out1.tokens.length, 1, 'only the causal row samples')
+  // The runner reuses its output arrays: read them before the next step.
+  const firstScores = [...out1.scores]
+  const rest = prompt.slice(5)
+  const targets = Int32Array.from([...rest.slice(1), -1])
+  const out2 = await runner.step(batchOf([{ ...scored.row(rest), scoreTargets: targets }]))
+  const scores = [...firstScores, ...out2.scores]
+  t.equal(scores.length, prompt.length - 1, 'one score per prompt token after the first')
+  const exp = ref.newSequence().forward(prompt)
+  let worst = 0
+  for (let i = 0; i < prompt.length - 1; i++) {
+    const lp = logSoftmax(exp[i]!)
+    worst = Math.max(worst, Math.abs(scores[i]! - lp[prompt[i + 1]!]!))
+  }
+  t.ok(worst < 1e-4, `worst |score - reference logprob| ${worst.toExponential(2)} < 1e-4`)
+  t.equal(out2.tokens.length, 1, 'the last chunk samples after the prompt')
+})

@@ -596,9 +596,10 @@ Status LlamaModel::upload_step(const StepInput& in) {
     if (plan.tree_mask >= 0) std::memcpy(h + plan.tree_mask, row.tree_mask, size_t(row.n) * size_t(row.n));
     for (int i = 0, c = 0; i < row.score_count; i++) {
       if (row.score_targets[i] < 0) continue;
-      const int64_t logit_row = nsample + plan.scored + c++;
+      // The target's flat index within its chunk of score rows (see score_chunk_rows): int32 offsets.
+      const int64_t scored = plan.scored + c++;
       *score_rows++ = row.tok_start + i;
-      *score_index++ = int32_t(logit_row * cfg_.vocab + row.score_targets[i]);
+      *score_index++ = int32_t((scored % score_chunk_rows()) * cfg_.vocab + row.score_targets[i]);
     }
     if (plan.replicate >= 0) {
       const int64_t NH = medusa_heads(row.medusa_slot);
@@ -799,7 +800,11 @@ Status LlamaModel::forward(const StepInput& in) {
     LOOM_RETURN_IF_ERROR(grow(dev_, &score_norms_, C, "prompt logprobs"));
     LOOM_RETURN_IF_ERROR(grow(dev_, &score_logits_, C, "prompt logprobs"));
     dev_->log_sum_exp(logits + S * V, C, V, V, score_norms_.data());
-    dev_->gather_rows(logits, 1, step_ints(step_score_index_), C, 1, score_logits_.data());
+    // Gather each target's logit as a width-1 row of its chunk of score rows (int32 indices).
+    for (int64_t c = 0; c < C; c += score_chunk_rows()) {
+      const int64_t m = std::min(score_chunk_rows(), C - c);
+      dev_->gather_rows(logits + (S + c) * V, 1, step_ints(step_score_index_ + c), m, 1, score_logits_.data() + c);
+    }
   }
 
   // The sample-and-match walk of each verification row (LeafRow n = 0: the row does not walk,

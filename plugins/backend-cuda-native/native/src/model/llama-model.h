@@ -5,7 +5,9 @@
 // and the host only validates, packs the step's inputs for one upload and issues ops.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <utility>
 #include <memory>
 #include <string>
@@ -161,6 +163,8 @@ class LlamaModel {
   // Pack the step's host inputs into host_step_ and upload them into step_buf_ (one upload).
   Status upload_step(const StepInput& in);
   const int32_t* step_ints(int64_t offset) const { return step_buf_.data() + offset; }
+  // Score rows per gather of prompt-logprob targets: a chunk's flat [rows, V] indices fit in int32.
+  int64_t score_chunk_rows() const { return std::max<int64_t>(1, INT32_MAX / std::max<int64_t>(1, cfg_.vocab)); }
   // Make a mapped weight device-resident (a no-op on a device that reads host memory).
   Status make_resident(WeightView* w, const std::string& name);
   // A 1-D tensor widened to f32 into device memory; `staging` keeps the host copy until the
