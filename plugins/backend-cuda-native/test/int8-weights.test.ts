@@ -1,9 +1,9 @@
-// 8-bit weights (`weights: int8`): the kernels and the load-time conversion are checked by the
-// kernel self-test (kernels.test.ts runs it: the `matmul int8` and `int8 convert` families);
-// here the option reaches the model through NativeStepRunner: on small testkit models an int8
-// runner's greedy tokens and top-20 logprobs stay close to the stored weights' over a prefill
-// (every position sampled) and decode steps, and what cannot be quantised is refused at load
-// with a coded error.
+// 8-bit weights (`weights: int8`). The kernels against the reference and the load-time conversion
+// are families of the kernel self-test (native/src/selftest: `matmul int8`, `int8 convert`), run
+// here on a seed of their own and required to be present and within bounds. Then the option
+// reaches the model through NativeStepRunner: on small testkit models an int8 runner's greedy
+// tokens and top-20 logprobs stay close to the stored weights' over a prefill (every position
+// sampled) and decode steps, and what cannot be quantised is refused at load with a coded error.
 import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
@@ -11,6 +11,20 @@ import t from 'tap'
 import { buildModel, type BuildModelOptions } from '@loom/testkit'
 import { loadNative, NativeStepRunner } from '../src/index.ts'
 import { batchOf, blockAllocator, sampledPositions, TestSequence, type SampledPosition } from './helpers.ts'
+import { buildTestProgram, run } from './test-program.ts'
+
+t.test('int8 kernels and conversion in the kernel self-test (seed 11)', async (t) => {
+  // The build kernels.test.ts uses (shared, built once per options).
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const result = await run(built.program, ['--seed', '11'])
+  t.equal(result.status, 0, `self-test passes: ${result.output.slice(-600)}`)
+  for (const family of ['matmul int8', 'int8 convert']) {
+    const line = new RegExp(`^${family}: .*\\(([0-9.]+) of bound\\)$`, 'm').exec(result.output)
+    t.ok(line, `family ${family} ran`)
+    if (line) t.ok(Number(line[1]) <= 1, `${family}: worst case within its bound (${line[0]})`)
+  }
+})
 
 /** Every sampled position of a 12-token prefill (each position) and 8 decode steps, for one runner. */
 async function trace(modelDir: string, weights: 'auto' | 'int8'): Promise<SampledPosition[]> {
