@@ -5,10 +5,15 @@
 // With --models, part b instead (model-check.h): whole random models on the device under test
 // (the first --device, default cpu) against a baseline (--baseline, default: cpu for cuda, the
 // scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
+// With --bench, the GPU benchmark instead (gpu-bench.h, issue 15): decode, prefill and LoRA-op
+// speed of a random Llama-3-8B-shaped model on one device beside their rooflines, one table.
 //
 //   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]
 //   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
+//   loom-native-test --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N]
+//                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--seed N] [--threads N]
+//                    [--require cuda]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +24,7 @@
 
 #include "cpu/simd-config.h"
 #include "device-factory.h"
+#include "gpu-bench.h"
 #include "model-check.h"
 #include "selftest/kernel-self-test.h"
 
@@ -32,11 +38,18 @@ struct Args {
   std::string baseline;  // part b's baseline device ("": by the device under test)
   std::string model;     // part b: only models whose name contains this
   int steps = 20;
+  bool steps_set = false;
+  bool bench = false;  // --bench: the GPU benchmark
+  loom_bench::BenchOptions bench_opt;
 };
 
 bool parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; i++) {
     const std::string k = argv[i];
+    if (k == "--bench") {  // the one flag without a value
+      a->bench = true;
+      continue;
+    }
     if (i + 1 >= argc) return false;
     const char* v = argv[++i];
     if (k == "--seed")
@@ -54,9 +67,25 @@ bool parse(int argc, char** argv, Args* a) {
     else if (k == "--model")
       a->model = v;
     else if (k == "--steps")
-      a->steps = std::atoi(v);
+      a->steps = std::atoi(v), a->steps_set = true;
+    else if (k == "--bench-shape")
+      a->bench_opt.shape = v;
+    else if (k == "--bench-seconds")
+      a->bench_opt.seconds = std::atof(v);
+    else if (k == "--bench-dir")
+      a->bench_opt.dir = v;
+    else if (k == "--peak-tflops")
+      a->bench_opt.peak_tflops = std::atof(v);
     else
       return false;
+  }
+  if (a->bench) {
+    if (!a->models.empty()) return false;
+    if (a->devices.empty()) a->devices = {"cpu"};
+    a->bench_opt.threads = a->threads;
+    a->bench_opt.steps = a->steps_set ? a->steps : 0;
+    a->bench_opt.seed = a->seeds.empty() ? 1 : a->seeds[0];
+    return a->threads >= 1 && a->steps >= 1 && a->devices.size() == 1 && a->bench_opt.seconds >= 0;
   }
   if (!a->models.empty()) {
     if (a->models != "small" && a->models != "real") return false;
@@ -129,6 +158,19 @@ int run_models(const Args& args) {
   return ok ? 0 : 1;
 }
 
+// The benchmark (--bench) on the one --device; a device that cannot run here fails only when
+// --require names it.
+int run_bench(const Args& args) {
+  std::unique_ptr<loom::Device> owned;
+  loom::Device* dev = model_check_device(args, args.devices[0], &owned);
+  if (!dev) {
+    const bool required = contains(args.required, args.devices[0]);
+    std::printf("%s\n", required ? "FAILED" : "SKIPPED");
+    return required ? 1 : 0;
+  }
+  return loom_bench::run_gpu_bench(args.bench_opt, dev);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,12 +179,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]\n"
                  "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
-                 "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n",
-                 argv[0], argv[0]);
+                 "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
+                 "       %s --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
+                 "          [--bench-dir DIR] [--peak-tflops X] [--seed N] [--threads N] [--require cuda]\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   std::printf("loom-native-test: devices compiled in: %s; cpu kernels: %s\n", loom::compiled_devices(),
               LOOM_AVX512 ? "avx512" : "avx2");
+  if (args.bench) return run_bench(args);
   if (!args.models.empty()) return run_models(args);
   std::printf("%-6s %6s %7s %9s %8s %8s  %s\n", "device", "seed", "cases", "failures", "worst", "seconds",
               "worst case");

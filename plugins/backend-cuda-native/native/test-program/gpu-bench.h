@@ -1,0 +1,45 @@
+// The GPU benchmark (issue 15, point 1): decode, prefill and LoRA-op speed of LlamaModel on one
+// device, each figure beside its roofline, in one table. Run by gpu/bench.sh on a GPU at the
+// Llama-3-8B shape; `--bench-shape tiny` runs the same code at toy sizes so the cpu device proves
+// it works in `npm test` (test/gpu-bench.test.ts). See gpu-bench.cc for what each row times.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+class Device;
+}
+
+namespace loom_bench {
+
+struct BenchOptions {
+  std::string shape = "llama3-8b";  // llama3-8b | tiny
+  int threads = 2;                  // the cpu device's pool and its bandwidth probe
+  int steps = 0;                    // timed steps per decode row (0: by shape: 20, tiny 5)
+  uint64_t seed = 1;
+  double seconds = 0;        // soft budget for the measurements after loading (0: none): rows
+                             // past it are skipped and say so, so a slow first GPU run still prints
+  std::string dir;           // where the weights file is written ("": /dev/shm when it has room, else TMPDIR)
+  double peak_tflops = 0;    // dense bf16 peak for the prefill roofline (0: from the GPU's name)
+};
+
+// Runs the benchmark on `dev` (owned by the caller) and prints progress lines, then the table.
+// Returns 0 when every row was measured (targets may fail: they are reported, not enforced),
+// 1 when a row failed (a load error or a device fault).
+int run_gpu_bench(const BenchOptions& opt, loom::Device* dev);
+
+// The cuda-only parts, in gpu-bench-cuda.cu (compiled only with the cuda device).
+struct GpuInfo {
+  std::string name;  // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3"
+  int cc_major = 0, cc_minor = 0, sms = 0;
+  double memory_gib = 0;
+};
+// GPU 0's properties; false with `error` set when the runtime cannot read them.
+bool cuda_gpu_info(GpuInfo* out, std::string* error);
+// HBM read bandwidth: a vectorised read-only kernel over a `bytes` buffer (far past the L2),
+// timed with CUDA events; GB/s (1e9 bytes/s) of each of `repeats` passes after one warm-up.
+bool cuda_read_bandwidth(int64_t bytes, int repeats, std::vector<double>* gbps, std::string* error);
+
+}  // namespace loom_bench

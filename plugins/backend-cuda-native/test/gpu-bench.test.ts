@@ -1,0 +1,64 @@
+// The GPU benchmark (native/test-program/gpu-bench.cc, issue 15) at its tiny shape on the cpu
+// device: the same code gpu/bench.sh runs on a GPU at the Llama-3-8B shape (weights file, load,
+// adapters, decode variants with sampling, prefill, the LoRA op, the bandwidth probe, rooflines
+// and targets) must produce every row of its table with positive, finite figures. Not a timing
+// test: the figures of a shared 2-core machine say nothing about speed.
+import t from 'tap'
+import { buildTestProgram, run } from './test-program.ts'
+
+/** Seconds in a table cell such as `1.23 ms`, `35.20 µs` or `2.001 s`; NaN otherwise. */
+function seconds(cell: string): number {
+  const m = /^([\d.]+) (s|ms|µs)$/.exec(cell)
+  if (!m) return NaN
+  return Number(m[1]) * { s: 1, ms: 1e-3, µs: 1e-6 }[m[2] as 's' | 'ms' | 'µs']
+}
+
+t.test('bench at the tiny shape on the cpu device prints every row', async (t) => {
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const result = await run(built.program, ['--bench', '--bench-shape', 'tiny', '--device', 'cpu', '--threads', '2'])
+  t.comment(result.output.trimEnd())
+  t.equal(result.status, 0, 'exits 0')
+  t.match(result.output, /^DONE in /m)
+
+  const rows = new Map<string, string[]>()
+  for (const line of result.output.split('\n')) {
+    if (!line.startsWith('| ') || line.startsWith('| figure ')) continue
+    const [figure = '', ...cells] = line.slice(2, -2).split(' | ')
+    rows.set(figure, cells)
+  }
+  const figures = [
+    'DRAM read bandwidth (best pass)',
+    'lora op B=1',
+    'lora op B=1 (L2-hot)',
+    'lora op B=4 distinct',
+    'lora op B=4 distinct (L2-hot)',
+    ...[1, 4].flatMap((b) =>
+      ['base, greedy', 'base, sampled mix', 'one adapter, sampled mix', 'distinct adapters, sampled mix'].map(
+        (v) => `decode B=${b} ${v}`,
+      ),
+    ),
+    'prefill 1x64',
+    'prefill 4x16',
+  ]
+  for (const figure of figures) {
+    const cells = rows.get(figure)
+    if (!cells) {
+      t.fail(`row "${figure}" is missing`)
+      continue
+    }
+    const [time = '', rate = '', , , share = ''] = cells
+    const s = seconds(time)
+    t.ok(Number.isFinite(s) && s > 0, `${figure}: time ${time}`)
+    const r = Number(/^([\d.]+) /.exec(rate)?.[1])
+    t.ok(Number.isFinite(r) && r > 0, `${figure}: rate ${rate}`)
+    if (figure.startsWith('decode') || figure.startsWith('lora op')) {
+      const pct = Number(/^(\d+)%$/.exec(share)?.[1])
+      t.ok(Number.isFinite(pct) && pct > 0, `${figure}: share of its roofline ${share}`)
+    }
+  }
+  t.match(rows.get('decode B=1 base, greedy')?.[6], /^≥ 75% (PASS|FAIL)$/, 'the batch-1 roofline target is marked')
+  const targets = [...rows.keys()].filter((k) => k.startsWith('target: '))
+  t.equal(targets.length, 3, 'three ratio targets')
+  for (const k of targets) t.match(rows.get(k)?.[6], /^(PASS|FAIL)$/, k)
+})
