@@ -211,12 +211,93 @@ void CpuDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64
   }
 }
 
+namespace {
+
+// One (token, query head) of attention for a head dim of NV 8-float vectors, the query and the
+// output accumulator held in registers: scores over the visible cache indices (a causal row
+// stops at the token itself: the rest of a prefill row is masked, and half of a long prompt's
+// work went to entries that became 0), softmax, then Σ p_c V_c. Semantics as Device::attention
+// for that pair; score [len + 8] scratch, o [D] output.
+template <int NV>
+void attend_one(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row, int i,
+                int64_t E, int64_t g_off, int block_size, float* score, float* o) {
+  __m256 qr[NV];
+  const __m256 sc = _mm256_set1_ps(scale);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; v++) qr[v] = _mm256_mul_ps(_mm256_loadu_ps(qv + 8 * v), sc);
+  const int len = row.tree_mask ? row.cache_len + row.n : row.cache_len + i + 1;
+  float mx = -INFINITY;
+  for (int c = 0; c < len; c++) {
+    const int j = c - row.cache_len;
+    if (row.tree_mask && j >= 0 && row.tree_mask[i * row.n + j] == 0) {
+      score[c] = -INFINITY;
+      continue;
+    }
+    const float* kr = kc + (int64_t(row.block_table[c / block_size]) * block_size + c % block_size) * E + g_off;
+    __m256 a0 = _mm256_mul_ps(qr[0], _mm256_loadu_ps(kr)), a1 = _mm256_setzero_ps();
+#pragma GCC unroll 16
+    for (int v = 1; v < NV; v++) {
+      if (v & 1)
+        a1 = _mm256_fmadd_ps(qr[v], _mm256_loadu_ps(kr + 8 * v), a1);
+      else
+        a0 = _mm256_fmadd_ps(qr[v], _mm256_loadu_ps(kr + 8 * v), a0);
+    }
+    const float s = hsum256(_mm256_add_ps(a0, a1));
+    score[c] = s;
+    mx = std::max(mx, s);
+  }
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 sumv = _mm256_setzero_ps();
+  int c = 0;
+  for (; c + 8 <= len; c += 8) {
+    const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(score + c), mv));
+    _mm256_storeu_ps(score + c, p);
+    sumv = _mm256_add_ps(sumv, p);
+  }
+  float sum = hsum256(sumv);
+  for (; c < len; c++) sum += (score[c] = score[c] == -INFINITY ? 0.0f : std::exp(score[c] - mx));
+  __m256 acc[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+  for (int cc = 0; cc < len; cc++) {
+    const float p = score[cc];
+    if (p == 0.0f) continue;
+    const float* vr = vc + (int64_t(row.block_table[cc / block_size]) * block_size + cc % block_size) * E + g_off;
+    const __m256 pv = _mm256_set1_ps(p);
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+  }
+  const __m256 inv = _mm256_set1_ps(sum > 0 ? 1.0f / sum : 0.0f);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + 8 * v, _mm256_mul_ps(acc[v], inv));
+}
+
+using AttendFn = void (*)(const float*, float, const float*, const float*, const AttnRow&, int, int64_t, int64_t, int,
+                          float*, float*);
+
+// The register-resident version for this head dim, or null (the generic loop below).
+AttendFn attend_for(int D) {
+  switch (D) {
+    case 32: return attend_one<4>;
+    case 48: return attend_one<6>;
+    case 64: return attend_one<8>;
+    case 80: return attend_one<10>;
+    case 96: return attend_one<12>;
+    case 128: return attend_one<16>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
 // Paged attention, one (token, query head) pair per work item:
 //   1. scores over every visible cache index, reading K through the block table,
 //   2. softmax with the row max subtracted (masked entries are -inf and become 0),
 //   3. the weighted sum of V rows, accumulated in an L1-resident [D] buffer.
-// GQA: query head h reads KV head h / (Hq / Hkv). The scratch is per thread and grows only
-// when a longer context shows up, so a warm server does not allocate here.
+// Head dims of 32-128 in steps of 16 take attend_one (query and accumulator in registers, a
+// causal row's masked tail skipped). GQA: query head h reads KV head h / (Hq / Hkv). The scratch
+// is per thread and grows only when a longer context shows up, so a warm server does not
+// allocate here.
 void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const void* vcache, const AttnRow* rows,
                           int nrows, const AttnShape& s, float* out) {
   if (s.kv_dtype != DType::F32) return reference_device()->attention(q, ldq, kcache, vcache, rows, nrows, s, out);
@@ -231,6 +312,7 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   const int64_t total = int64_t(items_.size()) * Hq;
   const int64_t* items = items_.data();
   if (total == 0) return;
+  const AttendFn fast = attend_for(D);
 
   auto work = [&](int tid, int nth) {
     static thread_local std::vector<float> score;  // [cache_len + n] of the current row
@@ -248,6 +330,11 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
       const int len = row.cache_len + row.n;
       if (int64_t(score.size()) < len + 8) score.resize(size_t(len + 8));
       const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
+      if (fast) {
+        fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, score.data(),
+             out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D);
+        continue;
+      }
       for (int d = 0; d < D; d++) qs[d] = qv[d] * s.scale;
       // Scores; masked entries get -inf and vanish in the exp.
       float mx = -INFINITY;
