@@ -342,7 +342,7 @@ struct Budget {
 };
 
 // `warm` untimed runs of `once`, then timed ones: at most `max_n`, fewer when a run is slow (the
-// row stops adding runs after ~`row_seconds`, at least 3 unless the budget is over).
+// row stops adding runs after ~`row_seconds`, at least 3), and only one once the budget is over.
 template <typename F>
 Timing time_runs(F once, int warm, int max_n, double row_seconds, const Budget& budget) {
   Timing t;
@@ -358,7 +358,7 @@ Timing time_runs(F once, int warm, int max_n, double row_seconds, const Budget& 
     const Status st = once();
     if (!st.ok()) return t.error = st.code + ": " + st.message, t;
     times.push_back(seconds_since(t0));
-    if (times.size() >= 3 && (seconds_since(row_start) > row_seconds || budget.over())) break;
+    if (budget.over() || (times.size() >= 3 && seconds_since(row_start) > row_seconds)) break;
   }
   t.n = int(times.size());
   t.median = median_of(times);
@@ -834,6 +834,7 @@ int run_gpu_bench(const BenchOptions& opt, Device* dev) {
     return 2;
   }
   if (opt.steps > 0) shape.steps = opt.steps;
+  if (opt.layers > 0) shape.cfg.layers = opt.layers;
   Bench bench(opt, shape, dev);
   return bench.run();
 }

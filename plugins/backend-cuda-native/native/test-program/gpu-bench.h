@@ -23,6 +23,8 @@ struct BenchOptions {
                              // past it are skipped and say so, so a slow first GPU run still prints
   std::string dir;           // where the weights file is written ("": /dev/shm when it has room, else TMPDIR)
   double peak_tflops = 0;    // dense bf16 peak for the prefill roofline (0: from the GPU's name)
+  int layers = 0;            // override the shape's layer count (0: the shape's): a quick look at
+                             // the other dimensions of the real shape on a small machine
 };
 
 // Runs the benchmark on `dev` (owned by the caller) and prints progress lines, then the table.

@@ -12,8 +12,8 @@
 //   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
 //   loom-native-test --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N]
-//                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--seed N] [--threads N]
-//                    [--require cuda]
+//                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--bench-layers N]
+//                    [--seed N] [--threads N] [--require cuda]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,6 +76,8 @@ bool parse(int argc, char** argv, Args* a) {
       a->bench_opt.dir = v;
     else if (k == "--peak-tflops")
       a->bench_opt.peak_tflops = std::atof(v);
+    else if (k == "--bench-layers")
+      a->bench_opt.layers = std::atoi(v);
     else
       return false;
   }
@@ -85,7 +87,8 @@ bool parse(int argc, char** argv, Args* a) {
     a->bench_opt.threads = a->threads;
     a->bench_opt.steps = a->steps_set ? a->steps : 0;
     a->bench_opt.seed = a->seeds.empty() ? 1 : a->seeds[0];
-    return a->threads >= 1 && a->steps >= 1 && a->devices.size() == 1 && a->bench_opt.seconds >= 0;
+    return a->threads >= 1 && a->steps >= 1 && a->devices.size() == 1 && a->bench_opt.seconds >= 0 &&
+           a->bench_opt.layers >= 0;
   }
   if (!a->models.empty()) {
     if (a->models != "small" && a->models != "real") return false;
@@ -181,7 +184,8 @@ int main(int argc, char** argv) {
                  "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
                  "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
                  "       %s --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
-                 "          [--bench-dir DIR] [--peak-tflops X] [--seed N] [--threads N] [--require cuda]\n",
+                 "          [--bench-dir DIR] [--peak-tflops X] [--bench-layers N] [--seed N] [--threads N]\n"
+                 "          [--require cuda]\n",
                  argv[0], argv[0], argv[0]);
     return 2;
   }
