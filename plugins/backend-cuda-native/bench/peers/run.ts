@@ -268,6 +268,14 @@ async function main(): Promise<void> {
   out('')
   out(formatPeerTables(cells, checks, targets))
   out('')
+  const cores = os.availableParallelism()
+  if (Math.max(load0[0]!, load1[0]!) > cores)
+    out(
+      `Load average above the ${cores} cores: other processes shared them. llama.cpp's threads wait for each ` +
+        `other at every op by spinning, so a descheduled thread stalls the rest for a time slice; under such load ` +
+        `its figures (and the bandwidth, so the roofline shares) say more about the load than about the engine. ` +
+        `Rerun on a quiet machine (or compare with LOOM_THREADS=1) before reading the ratios.\n`,
+    )
   const passed = targets.filter((t) => t.pass).length
   out(`${passed}/${targets.length} targets pass; ran ${((Date.now() - started) / 1000).toFixed(0)}s`)
   out(
