@@ -1,13 +1,15 @@
-// The matmul for bf16 weights in steps of many tokens (prefill, large verification steps) with
-// AVX-512 BF16: vdpbf16ps multiplies pairs of bf16 and adds both products to an f32 lane, 32
-// multiply-adds per instruction against 16 for an f32 FMA, and the weights are used as stored
-// (no widening pass).
+// The matmul for bf16 weights in steps of many tokens (a prompt's prefill: kBf16DotMinTokens or
+// more) with AVX-512 BF16: vdpbf16ps multiplies pairs of bf16 and adds both products to an f32
+// lane, 32 multiply-adds per instruction against 16 for an f32 FMA, and the weights are used as
+// stored (no widening pass). Where the CPU also has AMX (and the kernel grants it), the rows in
+// multiples of 16 go to AMX tiles instead (matmul-bf16-amx.cc: same arithmetic, ~15x the rate
+// here) and only the rest stay on vdpbf16ps.
 //
 // The activations are rounded to bf16 (nearest even) once per call, into a scratch of [T, K32]
 // (K rounded up to 32, zero-padded). The weights are exact bf16 already, so each product is
 // x̃·w with |x̃ - x| <= 2^-9 |x|, and a result differs from the f32 dot of x and w by at most
-// 2^-9 · Σ_k |x_k·w_k| plus f32 accumulation error (the self-test's bound). Decode steps
-// (fewer than kBf16DotMinTokens tokens) stay on the exact f32 path of matmul-cpu.cc.
+// 2^-9 · Σ_k |x_k·w_k| plus f32 accumulation error (the self-test's bound). Smaller steps
+// (decode, batched decode, Medusa trees) stay on the exact f32 path of matmul-cpu.cc.
 //
 // Cache blocking: threads split the row blocks (kRows rows) into contiguous runs; a run is
 // taken a panel at a time (about kPanelBytes of weights, which stay in L2), and for each tile
