@@ -18,6 +18,7 @@
         "native/src/reference/sampler-ref.cc",
         "native/src/cpu/matmul-cpu.cc",
         "native/src/cpu/matmul-q8-cpu.cc",
+        "native/src/cpu/matmul-q8-amx.cc",
         "native/src/cpu/matmul-bf16-avx512.cc",
         "native/src/cpu/matmul-bf16-amx.cc",
         "native/src/cpu/lora-cpu.cc",

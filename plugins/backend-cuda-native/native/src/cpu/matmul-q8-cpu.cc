@@ -22,6 +22,8 @@
 #include <cstring>
 
 #include "cpu/cpu-device.h"
+#include "cpu/matmul-bf16-amx.h"
+#include "cpu/matmul-q8-amx.h"
 #include "cpu/simd-config.h"
 
 namespace loom {
@@ -153,6 +155,9 @@ void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const X
 
 // Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks).
 constexpr int64_t kQ8PrefetchBlocks = 2;
+// From this many tokens (a prompt's prefill) Q8 rows in multiples of 16 go to AMX int8 tiles
+// where the CPU has them (matmul-q8-amx.cc; same arithmetic, exact integer sums).
+constexpr int64_t kQ8AmxMinTokens = 64;
 
 }  // namespace
 
@@ -161,16 +166,39 @@ constexpr int64_t kQ8PrefetchBlocks = 2;
 // against every token, 8 at a time, while they sit in L1.
 void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   const XqLayout L(jobs[0].w.cols);
-  if (int64_t(xq_.size()) < T * L.stride + 64) xq_.resize(size_t(T * L.stride + 64));
+#if LOOM_AMX_INT8
+  const bool amx = T >= kQ8AmxMinTokens && amx_usable();
+#else
+  const bool amx = false;
+#endif
+  // Scratch: the VNNI layout of every token, then (AMX) the tiles' int8 blocks and scales.
+  const int64_t nb = L.K / kQ8Block, ttiles = (T + 15) / 16;
+  const int64_t vnni_bytes = (T * L.stride + 63) / 64 * 64, amx_bytes = amx ? ttiles * nb * (512 + 64) : 0;
+  if (int64_t(xq_.size()) < vnni_bytes + amx_bytes + 64) xq_.resize(size_t(vnni_bytes + amx_bytes + 64));
   uint8_t* xq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq_.data()) + 63) & ~uintptr_t(63));
+  int8_t* xv = reinterpret_cast<int8_t*>(xq + vnni_bytes);
+  float* dxs = reinterpret_cast<float*>(xq + vnni_bytes + ttiles * nb * 512);
   pool_.run([&](int chunk, int nchunks) {
     int64_t t0, t1;
     split_range(T, nchunks, chunk, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
+#if LOOM_AMX_INT8
+    if (amx) {
+      int64_t a0, a1;
+      split_range(ttiles, nchunks, chunk, 1, &a0, &a1);
+      for (int64_t tt = a0; tt < a1; tt++)
+        amx_q8_pack_tokens(x + tt * 16 * ldx, std::min<int64_t>(16, T - tt * 16), ldx, L.K, xv + tt * nb * 512,
+                           dxs + tt * nb * 16);
+    }
+#endif
   });
+  constexpr int64_t kAmxBlock = int64_t(1) << 39;  // flag bit of a work item: 32 rows on AMX tiles
   blocks_.clear();
-  for (int j = 0; j < njobs; j++)
-    for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
+  for (int j = 0; j < njobs; j++) {
+    const int64_t N = jobs[j].w.rows, amx_rows = amx ? N / 16 * 16 : 0;
+    for (int64_t n = 0; n < amx_rows; n += 32) blocks_.push_back(int64_t(j) << 40 | kAmxBlock | n);
+    for (int64_t n = amx_rows; n < N; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
+  }
   const int64_t nblocks = int64_t(blocks_.size());
   const int64_t* blocks = blocks_.data();
   const int64_t row_bytes = q8_row_bytes(L.K);
@@ -179,6 +207,13 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
     split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
     for (int64_t b = b0; b < b1; b++) {
       const MatmulJob& job = jobs[blocks[b] >> 40];
+      if (blocks[b] & kAmxBlock) {
+#if LOOM_AMX_INT8
+        const int64_t n = blocks[b] & (kAmxBlock - 1);
+        amx_q8_dot_rows(xv, dxs, T, job, n, std::min(n + 32, job.w.rows / 16 * 16), accumulate);
+#endif
+        continue;
+      }
       const int64_t n0 = blocks[b] & ((int64_t(1) << 40) - 1);
       const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
       const uint8_t* base = static_cast<const uint8_t*>(job.w.data);
@@ -187,7 +222,7 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
       // The rows kQ8PrefetchBlocks blocks ahead, spread over the first token tile's k-loop.
       const char* pf = nullptr;
       int64_t pf_step = 0;
-      if (b + kQ8PrefetchBlocks < b1) {
+      if (b + kQ8PrefetchBlocks < b1 && !(blocks[b + kQ8PrefetchBlocks] & kAmxBlock)) {
         const MatmulJob& pj = jobs[blocks[b + kQ8PrefetchBlocks] >> 40];
         const int64_t pn = blocks[b + kQ8PrefetchBlocks] & ((int64_t(1) << 40) - 1);
         const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;

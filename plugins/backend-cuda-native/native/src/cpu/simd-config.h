@@ -35,3 +35,11 @@
 #else
 #define LOOM_AMX_BF16 0
 #endif
+
+// AMX int8 tiles (tdpbssd) for Q8 matmuls of many tokens, beside the bf16 ones (and granted
+// the same way).
+#if LOOM_AMX_BF16 && LOOM_AVX512_VNNI && defined(__AMX_INT8__)
+#define LOOM_AMX_INT8 1
+#else
+#define LOOM_AMX_INT8 0
+#endif
