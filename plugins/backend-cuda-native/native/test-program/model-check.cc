@@ -651,7 +651,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
     const std::vector<int32_t> leaves = advance(all, rb, V, step);
     for (size_t k = 0; k < all.size(); k++)
       if (tree[k]) res.tree_steps++, res.tree_accepted += depth(kTreeParents, leaves[k]);
-    // The devices' own greedy-leaf walks: the leaf the baseline's argmax gives.
+    // The devices' own tree walks: the leaf the baseline's argmax gives.
     for (size_t k = 0; k < all.size(); k++)
       if (walked[k]) {
         res.greedy.total += 2;

@@ -53,7 +53,7 @@ class CpuDevice final : public Device {
   void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
-  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+  void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                    int32_t* leaf) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
@@ -79,7 +79,7 @@ class CpuDevice final : public Device {
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
   std::vector<CacheRegion> prefetch_;     // prefetch_in_next_matmul's regions (cleared by matmul)
   std::vector<int64_t> prefetch_end_;     // their cumulative byte ends
-  std::vector<int32_t> parents_;          // greedy_leaf's parent of each node of a row
+  std::vector<int32_t> parents_;          // tree_walk's parent of each node of a row
 };
 
 // Register tile of the matmul micro-kernel: kRows weight rows × up to kMaxTokens tokens, all

@@ -401,7 +401,7 @@ void CpuDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t
 
 // The walk of the reference, with each node's parent found once per row (one backward scan of
 // its mask row) instead of once per visited candidate. parents_ is kept across calls.
-void CpuDevice::greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+void CpuDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                             int32_t* leaf) {
   for (int r = 0; r < nrows; r++) {
     const LeafRow& row = rows[r];

@@ -59,7 +59,7 @@ class CudaDevice final : public Device {
   void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand,
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
-  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+  void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                    int32_t* leaf) override;
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;

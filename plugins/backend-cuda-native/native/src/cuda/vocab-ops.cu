@@ -1,6 +1,7 @@
 // Ops over logits rows ([T, V], V up to ~256k): argmax, the log-softmax normaliser, top-k, and the
-// Medusa greedy-leaf walk that consumes argmax. One block per row; the row is read with coalesced
-// strided loads and reduced with warp shuffles, then across warps through shared memory.
+// sample-and-match walk of verification rows over each node's chosen token. One block per row;
+// the row is read with coalesced strided loads and reduced with warp shuffles, then across warps
+// through shared memory.
 #include <climits>
 
 #include "cuda/cuda-device.h"
@@ -105,9 +106,9 @@ __device__ int tree_parent(const uint8_t* mask, int n, int c) {
   return -1;
 }
 
-// Semantics: see Device::greedy_leaf. One thread per row: trees are small (<= ~64 nodes) and the
+// Semantics: see Device::tree_walk. One thread per row: trees are small (<= ~64 nodes) and the
 // walk is sequential by nature. tokens [T], argmax [logits rows], rows [nrows] staged, leaf [nrows]
-__global__ void greedy_leaf_kernel(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+__global__ void tree_walk_kernel(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                                    int32_t* leaf) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= nrows) return;
@@ -148,14 +149,14 @@ void CudaDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, d
   check(cudaGetLastError(), "log_sum_exp launch");
 }
 
-void CudaDevice::greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+void CudaDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                              int32_t* leaf) {
   if (nrows <= 0) return;
   const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(LeafRow)));
   if (!d_rows) return;
-  greedy_leaf_kernel<<<blocks_for(nrows, 64), 64, 0, stream_>>>(tokens, argmax, static_cast<const LeafRow*>(d_rows),
+  tree_walk_kernel<<<blocks_for(nrows, 64), 64, 0, stream_>>>(tokens, argmax, static_cast<const LeafRow*>(d_rows),
                                                                 nrows, leaf);
-  check(cudaGetLastError(), "greedy_leaf launch");
+  check(cudaGetLastError(), "tree_walk launch");
 }
 
 }  // namespace loom

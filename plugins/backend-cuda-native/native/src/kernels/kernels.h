@@ -87,7 +87,7 @@ struct AttnShape {
   DType kv_dtype = DType::F32;
 };
 
-// One step row's share of the greedy-leaf walk (Device::greedy_leaf).
+// One step row's share of the tree walk (Device::tree_walk).
 struct LeafRow {
   int32_t tok_start = 0;               // first token of the row in the step
   int32_t n = 0;                       // tokens of the row; 0: the row does not walk (leaf -1)
@@ -300,7 +300,7 @@ class Device {
   //   leaf[r] = node; where parent(c) = the largest j < c with R.tree_mask[c*R.n + j] != 0 (-1 if
   //   none), or c - 1 when R.tree_mask is null.
   // tokens [T], argmax [Σ logits rows] (each node's chosen token), rows [nrows] (host), leaf [nrows] int32
-  virtual void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+  virtual void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                            int32_t* leaf) = 0;
 
   // Semantics: for t<T, j<K: out[t*K + j] = the index of row t's j-th largest value, i<V, ties to

@@ -817,7 +817,7 @@ Status LlamaModel::forward(const StepInput& in) {
     const bool walks = row.tree_mask != nullptr && row.sampling != nullptr;
     leaf_rows_.push_back({row.tok_start, walks ? row.n : 0, int32_t(row_plans_[r].sampled), attn_rows_[r].tree_mask});
   }
-  if (R > 0) dev_->greedy_leaf(tokens, sampled, leaf_rows_.data(), int(R), leaves);
+  if (R > 0) dev_->tree_walk(tokens, sampled, leaf_rows_.data(), int(R), leaves);
 
   // Medusa heads where each row's sampling ends (a verification row's walk end, a causal row's
   // last token), on the final-normed hidden state: x_h = x + SiLU(W_h x + b_h) per block, then an

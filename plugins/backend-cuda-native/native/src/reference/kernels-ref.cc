@@ -216,7 +216,7 @@ class ReferenceDevice final : public Device {
     }
   }
 
-  void greedy_leaf(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
+  void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                    int32_t* leaf) override {
     for (int r = 0; r < nrows; r++) {
       const LeafRow& R = rows[r];

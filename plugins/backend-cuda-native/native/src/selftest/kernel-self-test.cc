@@ -877,11 +877,11 @@ void test_step_ops(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     }
 }
 
-// greedy_leaf over Medusa-shaped trees (each node's parent an earlier node, the mask its
+// tree_walk over Medusa-shaped trees (each node's parent an earlier node, the mask its
 // ancestors and itself), chains without a mask, and rows that do not walk (n = 0). Tokens come
 // from a small vocabulary and each node's argmax is one of its children's tokens most of the
 // time, so walks go deep, stop early, and meet sibling ties (the first child wins).
-void test_greedy_leaf(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+void test_tree_walk(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (int nrows : {1, 4, 33}) {
     std::vector<int32_t> tokens, argmax;
     std::vector<uint8_t> masks;
@@ -924,10 +924,10 @@ void test_greedy_leaf(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       std::vector<LeafRow> rows;
       for (const RowSpec& sp : specs)
         rows.push_back({sp.tok_start, sp.n, sp.logit_start, sp.mask < 0 ? nullptr : mb.data() + sp.mask});
-      devs[d]->greedy_leaf(tb.data(), ab.data(), rows.data(), nrows, lb.data());
+      devs[d]->tree_walk(tb.data(), ab.data(), rows.data(), nrows, lb.data());
       leaf[d] = get(devs[d], lb, size_t(nrows));
     }
-    compare_exact(ck, "greedy_leaf", dims("greedy_leaf", {{"rows", nrows}, {"T", int64_t(tokens.size())}}), leaf[0], leaf[1]);
+    compare_exact(ck, "tree_walk", dims("tree_walk", {{"rows", nrows}, {"T", int64_t(tokens.size())}}), leaf[0], leaf[1]);
   }
 }
 
@@ -1132,7 +1132,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_lora_apply(device, ref, rng, ck);
   test_cache(device, ref, rng, ck);
   test_step_ops(device, ref, rng, ck);
-  test_greedy_leaf(device, ref, rng, ck);
+  test_tree_walk(device, ref, rng, ck);
   test_kv_dtypes(device, ref, rng, ck);
   test_sample(device, ref, rng, ck);
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
