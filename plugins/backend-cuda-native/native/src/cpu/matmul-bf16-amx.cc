@@ -40,16 +40,28 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure_tiles() {
+TileConfig bf16_tiles() {
   TileConfig cfg;
   for (int i = 0; i < 8; i++) {
     cfg.rows[i] = 16;
     cfg.colsb[i] = 64;
   }
-  _tile_loadconfig(&cfg);
+  return cfg;
 }
 
 }  // namespace
+
+ScopedTileConfig::ScopedTileConfig(const void* config) {
+  _tile_storeconfig(saved_);  // all zero (palette 0) when the thread has no configuration
+  _tile_loadconfig(config);
+}
+
+ScopedTileConfig::~ScopedTileConfig() {
+  if (saved_[0] != 0)
+    _tile_loadconfig(saved_);
+  else
+    _tile_release();
+}
 
 bool amx_usable() {
   static const bool usable = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -78,7 +90,8 @@ void amx_dot_rows(const uint16_t* xv, int64_t T, const MatmulJob& job, int64_t n
   const uint16_t* w = static_cast<const uint16_t*>(job.w.data);
   const int64_t tiles = (T + 15) / 16;
   const int64_t tile_stride = K * 16;  // uint16 elements per token tile of xv
-  configure_tiles();
+  const TileConfig cfg = bf16_tiles();
+  const ScopedTileConfig tiles_in_use(&cfg);
   alignas(64) float c[4][16][16];
   // 32 weight rows × 32 tokens per pass: 2 A tiles, 2 B tiles, 4 accumulators.
   for (int64_t n = n0; n < n1; n += 32) {
@@ -129,7 +142,6 @@ void amx_dot_rows(const uint16_t* xv, int64_t T, const MatmulJob& job, int64_t n
       }
     }
   }
-  _tile_release();
 }
 
 #endif  // LOOM_AMX_BF16

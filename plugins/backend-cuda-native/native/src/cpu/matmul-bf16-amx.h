@@ -12,6 +12,23 @@ namespace loom {
 // Whether this process may use AMX tile data (asked of the kernel once; false where it refuses).
 bool amx_usable();
 
+// The thread's tile configuration for the span of one kernel call: loads `config` (64 bytes, a
+// ldtilecfg operand) and, on exit, puts back the configuration the thread had, or releases the
+// tiles when it had none. Our kernels run on threads other code uses too (libuv's pool runs the
+// addon's steps and other addons' work, e.g. llama.cpp's ggml, which configures its tiles once
+// per thread and then relies on them): releasing or replacing that configuration behind its back
+// makes its next tile instruction fault (SIGILL).
+class ScopedTileConfig {
+ public:
+  explicit ScopedTileConfig(const void* config);
+  ~ScopedTileConfig();
+  ScopedTileConfig(const ScopedTileConfig&) = delete;
+  ScopedTileConfig& operator=(const ScopedTileConfig&) = delete;
+
+ private:
+  alignas(64) uint8_t saved_[64];
+};
+
 // Semantics: for each tile tt of 16 tokens, k-pair p < K/2, j < 16:
 //   xv[((tt*K/2 + p)*16 + j)*2 + e] = xb[(16tt + j)*K32 + 2p + e] (0 for tokens >= T)
 // xb [T, K32] bf16 (rows from matmul_bf16_dot), xv [ceil(T/16) * 16 * K] bf16. K even.

@@ -32,7 +32,7 @@ struct alignas(64) Int8TileConfig {
   uint8_t rows[16] = {};
 };
 
-void configure_int8_tiles() {
+Int8TileConfig int8_tiles() {
   Int8TileConfig cfg;
   for (int i = 0; i < 4; i++) {
     cfg.rows[i] = 16;
@@ -46,7 +46,7 @@ void configure_int8_tiles() {
     cfg.rows[i] = 8;
     cfg.colsb[i] = 64;
   }
-  _tile_loadconfig(&cfg);
+  return cfg;
 }
 
 }  // namespace
@@ -81,7 +81,8 @@ void amx_q8_dot_rows(const int8_t* xv, const float* dx, int64_t T, const MatmulJ
   const int8_t* w = static_cast<const int8_t*>(job.w.data);
   const int64_t tiles = (T + 15) / 16;
   const int64_t tile_stride = nb * 512;  // bytes of xv per 16-token tile
-  configure_int8_tiles();
+  const Int8TileConfig cfg = int8_tiles();
+  const ScopedTileConfig tiles_in_use(&cfg);
   alignas(64) int32_t c[4][16][16];
   alignas(64) float f[4][16][16];
   // This 32-row block's scales, [block][row], as f32.
@@ -157,7 +158,6 @@ void amx_q8_dot_rows(const int8_t* xv, const float* dx, int64_t T, const MatmulJ
       }
     }
   }
-  _tile_release();
 }
 
 #endif  // LOOM_AMX_INT8

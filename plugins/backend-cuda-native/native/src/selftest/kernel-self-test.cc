@@ -17,6 +17,11 @@
 
 #include "runtime/device-buffer.h"
 #include "runtime/quantize-q8.h"
+#include "cpu/simd-config.h"
+#if LOOM_AMX_BF16
+#include "cpu/intrinsics.h"
+#include "cpu/matmul-bf16-amx.h"
+#endif
 
 namespace loom {
 namespace {
@@ -1115,6 +1120,41 @@ void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
 }
 
+#if LOOM_AMX_BF16
+// The AMX kernels run on threads other code uses too (libuv's pool runs other addons' work, e.g.
+// llama.cpp's ggml, which configures its tiles once per thread and relies on them after): a call
+// must leave the thread's tile configuration as it found it (configured by someone else, or
+// released), or that code's next tile instruction faults (SIGILL). Checked on this thread with
+// amx_dot_rows directly (the pool may run a device matmul elsewhere).
+void test_amx_tile_state(Checker& ck) {
+  if (!amx_usable()) return;
+  const int64_t K = 64, N = 16, T = 16;
+  std::vector<uint16_t> w(size_t(N * K), f32_to_bf16(0.5f)), xb(size_t(T * K), f32_to_bf16(1.0f));
+  std::vector<uint16_t> xv(size_t(16 * K));
+  std::vector<float> y(size_t(T * N), -1.0f), want(size_t(T * N), 0.5f * float(K));
+  amx_pack_tokens(xb.data(), T, K, K, xv.data());
+  const MatmulJob job{{w.data(), DType::BF16, N, K}, nullptr, y.data(), N};
+  // Another library's configuration: palette 1, one 8-row x 32-byte tile.
+  alignas(64) uint8_t foreign[64] = {};
+  foreign[0] = 1;
+  const uint16_t colsb = 32;
+  std::memcpy(foreign + 16, &colsb, 2);
+  foreign[48] = 8;
+  alignas(64) uint8_t after[64];
+  _tile_loadconfig(foreign);
+  amx_dot_rows(xv.data(), T, job, 0, N, false);
+  _tile_storeconfig(after);
+  _tile_release();
+  compare_exact(ck, "amx tile state", "a configured thread keeps its configuration",
+                std::vector<uint8_t>(after, after + 64), std::vector<uint8_t>(foreign, foreign + 64));
+  ck.compare("amx tile state", "the products under a foreign configuration", y.data(), want.data(), y.size(), 0, 0);
+  amx_dot_rows(xv.data(), T, job, 0, N, false);
+  _tile_storeconfig(after);
+  compare_exact(ck, "amx tile state", "an unconfigured thread is left released", std::vector<uint8_t>(after, after + 64),
+                std::vector<uint8_t>(64, 0));
+}
+#endif
+
 }  // namespace
 
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
@@ -1135,6 +1175,9 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   test_tree_walk(device, ref, rng, ck);
   test_kv_dtypes(device, ref, rng, ck);
   test_sample(device, ref, rng, ck);
+#if LOOM_AMX_BF16
+  if (std::string(device->name()) == "cpu") test_amx_tile_state(ck);
+#endif
   for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
   const Status last = device->synchronize();
   if (!last.ok() && g_fault.ok()) g_fault = last;
