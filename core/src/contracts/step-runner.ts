@@ -184,7 +184,9 @@ export interface StepBatch {
 export interface StepOutput {
   /**
    * `[S]`: the token chosen at every sampled position, rows in batch order (a causal row with
-   * sampling has 1, a verification row one per node); -1 where the mask and warpers left no token.
+   * sampling has 1, a verification row one per node); -1 where the mask and warpers left no token;
+   * -2 at a verification row's node that its walk never reaches, which a runner may leave
+   * unsampled (the engine reads only the nodes its walk visits).
    */
   readonly tokens: Int32Array
   /** `[S]` each chosen token's raw log-softmax (before penalties, mask, temperature and warpers); 0 for -1. */

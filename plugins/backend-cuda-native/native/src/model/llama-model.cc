@@ -646,6 +646,83 @@ Status LlamaModel::upload_step(const StepInput& in) {
   return Status::Ok();
 }
 
+// On a device that reads host memory (the cpu), sampling is arithmetic on the host's cores, and
+// a sampled (not greedy) position costs a warper chain over the vocabulary, while a verification
+// row's walk visits only a few of its nodes (the accepted path and one more). So sampled
+// verification rows are walked lazily: rounds of one batched Device::sample over the nodes the
+// walks stand at, then each walk moves to the child carrying its node's token. The first round
+// also takes every other position (causal rows; greedy verification rows' every node: an argmax is
+// cheap). The tokens are the ones sampling every node would give (each node's parameters, draws,
+// penalties and mask are its own); nodes no walk reaches are left unsampled (-2), which the step
+// contract allows. A device with its own memory samples every node at once instead: one launch,
+// no round trips.
+Status LlamaModel::sample_walking(const StepInput& in, const float* logits, int32_t* sampled, float* logprobs,
+                                  int32_t* top_ids, float* top_lp) {
+  const int64_t V = cfg_.vocab, S = step_sampled_, K = in.max_top;
+  std::fill(sampled, sampled + S, -2);
+  std::fill(logprobs, logprobs + S, 0.0f);
+  std::fill(top_ids, top_ids + S * K, -1);
+  std::fill(top_lp, top_lp + S * K, 0.0f);
+  walk_at_.assign(in.rows.size(), -1);
+  round_positions_.clear();
+  for (size_t r = 0; r < in.rows.size(); r++) {
+    const StepRowDesc& row = in.rows[r];
+    if (!row.sampling) continue;
+    const SampleParams& p = row.sampling->base;
+    const bool draws = p.temperature > 0 && p.top_k != 1;
+    if (row.tree_mask && draws) {
+      walk_at_[r] = 0;  // walked lazily from the root
+      round_positions_.push_back(row_plans_[r].sampled);
+    } else {
+      for (int i = 0; i < (row.tree_mask ? row.n : 1); i++) round_positions_.push_back(row_plans_[r].sampled + i);
+    }
+  }
+  while (!round_positions_.empty()) {
+    const int64_t n = int64_t(round_positions_.size());
+    round_params_.resize(size_t(n));
+    round_tokens_.resize(size_t(n));
+    round_logprobs_.resize(size_t(n));
+    round_top_ids_.resize(size_t(n * K));
+    round_top_lp_.resize(size_t(n * K));
+    for (int64_t i = 0; i < n; i++) round_params_[size_t(i)] = sample_params_[size_t(round_positions_[size_t(i)])];
+    LOOM_RETURN_IF_ERROR(
+        grow(dev_, &sample_scratch_, std::min(n, kSampleChunk) * sample_row_scratch_bytes(V), "the samplers' scratch"));
+    for (int64_t c = 0; c < n; c += kSampleChunk) {
+      const int64_t m = std::min(kSampleChunk, n - c);
+      dev_->sample(logits, V, V, round_params_.data() + c, int(m), int(K), round_tokens_.data() + c,
+                   round_logprobs_.data() + c, round_top_ids_.data() + c * K, round_top_lp_.data() + c * K,
+                   sample_scratch_.data());
+    }
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t at = round_positions_[size_t(i)];
+      sampled[at] = round_tokens_[size_t(i)];
+      logprobs[at] = round_logprobs_[size_t(i)];
+      std::copy_n(round_top_ids_.data() + i * K, K, top_ids + at * K);
+      std::copy_n(round_top_lp_.data() + i * K, K, top_lp + at * K);
+    }
+    // Each walk moves to the first child (the nearest-ancestor relation of the mask) carrying its
+    // node's token, or ends.
+    round_positions_.clear();
+    for (size_t r = 0; r < in.rows.size(); r++) {
+      const int32_t node = walk_at_[r];
+      if (node < 0) continue;
+      const StepRowDesc& row = in.rows[r];
+      const int32_t chosen = sampled[row_plans_[r].sampled + node];
+      int32_t next = -1;
+      for (int32_t c = node + 1; c < row.n && next < 0; c++) {
+        const uint8_t* m = row.tree_mask + int64_t(c) * row.n;
+        if (!m[node] || in.tokens[row.tok_start + c] != chosen) continue;
+        bool child = true;  // node is c's nearest ancestor: nothing between them is one
+        for (int32_t j = node + 1; j < c && child; j++) child = !m[j];
+        if (child) next = c;
+      }
+      walk_at_[r] = next;
+      if (next >= 0) round_positions_.push_back(row_plans_[r].sampled + next);
+    }
+  }
+  return Status::Ok();
+}
+
 Status LlamaModel::forward(const StepInput& in) {
   LOOM_RETURN_IF_ERROR(validate(in));  // on the host inputs, before anything reaches the device
   LOOM_RETURN_IF_ERROR(upload_step(in));
@@ -783,12 +860,13 @@ Status LlamaModel::forward(const StepInput& in) {
   LOOM_RETURN_IF_ERROR(output(in.logprobs_out, std::max<int64_t>(S, 1), &logprobs_, "logprobs", &logprobs));
   LOOM_RETURN_IF_ERROR(output(in.top_ids, std::max<int64_t>(in.top_len, 1), &top_ids_, "top ids", &top_ids));
   LOOM_RETURN_IF_ERROR(output(in.top_logprobs, std::max<int64_t>(in.top_len, 1), &top_logprobs_, "top logprobs", &top_lp));
-  if (S > 0) {
-    constexpr int64_t kChunk = 32;
+  if (S > 0 && host_io_) {
+    LOOM_RETURN_IF_ERROR(sample_walking(in, logits, sampled, logprobs, top_ids, top_lp));
+  } else if (S > 0) {
     const int64_t row_bytes = sample_row_scratch_bytes(V);
-    LOOM_RETURN_IF_ERROR(grow(dev_, &sample_scratch_, std::min(S, kChunk) * row_bytes, "the samplers' scratch"));
-    for (int64_t c = 0; c < S; c += kChunk) {
-      const int64_t m = std::min(kChunk, S - c);
+    LOOM_RETURN_IF_ERROR(grow(dev_, &sample_scratch_, std::min(S, kSampleChunk) * row_bytes, "the samplers' scratch"));
+    for (int64_t c = 0; c < S; c += kSampleChunk) {
+      const int64_t m = std::min(kSampleChunk, S - c);
       dev_->sample(logits, V, V, sample_params_.data() + c, int(m), in.max_top, sampled + c, logprobs + c,
                    top_ids + c * in.max_top, top_lp + c * in.max_top, sample_scratch_.data());
     }

@@ -159,6 +159,12 @@ class LlamaModel {
     int64_t block_table = 0, from = 0, to = 0;
   };
   Status validate(const StepInput& in) const;
+  // Sample the step's positions a round at a time, following each verification row's walk (a
+  // device that reads host memory; see the definition).
+  Status sample_walking(const StepInput& in, const float* logits, int32_t* sampled, float* logprobs, int32_t* top_ids,
+                        float* top_lp);
+  // Rows per Device::sample call: bounds the samplers' scratch whatever the batch.
+  static constexpr int64_t kSampleChunk = 32;
   Status forward(const StepInput& in);
   // Pack the step's host inputs into host_step_ and upload them into step_buf_ (one upload).
   Status upload_step(const StepInput& in);
@@ -217,6 +223,13 @@ class LlamaModel {
   int64_t step_tokens_ = 0, step_positions_ = 0, step_logit_rows_ = 0, step_score_index_ = 0;
   int64_t step_sampled_ = 0, step_scored_ = 0;  // S and C of the step
   std::vector<SampleParams> sample_params_;     // [S], pointing into step_buf_
+  // sample_walking's rounds: each walk's node (-1: done), the positions sampled this round and
+  // their parameters and results (host memory: used only on a device that reads it).
+  std::vector<int32_t> walk_at_;
+  std::vector<int64_t> round_positions_;
+  std::vector<SampleParams> round_params_;
+  std::vector<int32_t> round_tokens_, round_top_ids_;
+  std::vector<float> round_logprobs_, round_top_lp_;
   std::vector<RowPlan> row_plans_;
   std::vector<CopyPlan> copy_plans_;
   std::vector<MatmulJob> medusa_jobs_;
