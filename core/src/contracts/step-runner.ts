@@ -1,4 +1,4 @@
-import type { SamplingParams } from './sampling.ts'
+import { GREEDY_SAMPLING, type SamplingParams } from './sampling.ts'
 
 /**
  * Step-level backend: one forward pass over a mixed batch, sampled where its logits are. The
@@ -116,6 +116,16 @@ export interface RowSampling {
   readonly terminated: Uint8Array | null
   /** Raw top logprobs to report with each sampled token, 0..`StepBatch.topLogprobs`. */
   readonly topLogprobs: number
+}
+
+/** Plain greedy decoding with no history, grammar or top logprobs (benches, tests, runner checks). */
+export const GREEDY_ROW_SAMPLING: RowSampling = {
+  params: GREEDY_SAMPLING,
+  draws: 0,
+  penalties: new Int32Array(0),
+  allowed: null,
+  terminated: null,
+  topLogprobs: 0,
 }
 
 /** One sequence's share of a step. All typed arrays are owned by the engine and read-only to the runner. */

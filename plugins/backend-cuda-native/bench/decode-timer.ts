@@ -4,7 +4,7 @@
  * step, each sampled greedily on the device with no top logprobs (the runner returns token ids,
  * never logits). Block tables and cache lengths are tracked here as the engine would.
  */
-import { GREEDY_SAMPLING, type RowSampling, type StepBatch, type StepRow } from '@loom/core'
+import { GREEDY_ROW_SAMPLING, type StepBatch, type StepRow } from '@loom/core'
 import type { NativeStepRunner } from '../src/index.ts'
 
 /** Which adapters the rows use: none, one shared adapter, or a different adapter per row. */
@@ -17,16 +17,6 @@ export interface DecodeRun {
   readonly stepMs: number[]
   /** Native time in the LoRA shrink/expand kernels per timed step (mean), ms. */
   readonly loraMs: number
-}
-
-/** Greedy decoding with no top logprobs: a plain request's row. */
-const GREEDY: RowSampling = {
-  params: GREEDY_SAMPLING,
-  draws: 0,
-  penalties: new Int32Array(0),
-  allowed: null,
-  terminated: null,
-  topLogprobs: 0,
 }
 
 /** A step of `rows`: no cache moves, no top logprobs, no heads. */
@@ -53,7 +43,7 @@ class BenchSequence {
       cacheLen: this.cacheLen,
       blockTable: Int32Array.from(this.blocks),
       loraSlot: this.loraSlot,
-      sampling: GREEDY,
+      sampling: GREEDY_ROW_SAMPLING,
       scoreTargets: new Int32Array(0),
       medusaSlot: -1,
     }

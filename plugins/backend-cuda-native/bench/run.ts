@@ -29,7 +29,7 @@
  * pairs per batch size, 3; the speed-up is the median of the pairs' ratios).
  */
 import os from 'node:os'
-import { GREEDY_SAMPLING, type StepRow } from '@loom/core'
+import { GREEDY_ROW_SAMPLING, type StepRow } from '@loom/core'
 import type { ModelDtype } from '@loom/testkit'
 import { loadNative, NativeStepRunner } from '../src/index.ts'
 import { defaultThreads } from '../src/runner-options.ts'
@@ -84,14 +84,7 @@ async function timePrefill(runner: NativeStepRunner, tokens: number, blockSize: 
     cacheLen: 0,
     blockTable: Int32Array.from({ length: Math.ceil(tokens / blockSize) }, (_, b) => b),
     loraSlot: -1,
-    sampling: {
-      params: GREEDY_SAMPLING,
-      draws: 0,
-      penalties: new Int32Array(0),
-      allowed: null,
-      terminated: null,
-      topLogprobs: 0,
-    },
+    sampling: GREEDY_ROW_SAMPLING,
     scoreTargets: new Int32Array(0),
     medusaSlot: -1,
   }

@@ -16,7 +16,7 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'nod
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { GREEDY_SAMPLING, type StepRow } from '@loom/core'
+import { GREEDY_ROW_SAMPLING, type StepRow } from '@loom/core'
 import { readSafetensors, writeSafetensors, type TensorToWrite } from '@loom/testkit'
 import { HfTokenizerLoader } from '../../../core/src/tokenizer/index.ts'
 import { NativeStepRunner } from '../src/index.ts'
@@ -64,16 +64,7 @@ function row(tokens: readonly number[], score: boolean): StepRow {
     cacheLen: 0,
     blockTable: Int32Array.from({ length: Math.ceil(n / 16) }, (_, b) => b),
     loraSlot: -1,
-    sampling: score
-      ? null
-      : {
-          params: GREEDY_SAMPLING,
-          draws: 0,
-          penalties: new Int32Array(0),
-          allowed: null,
-          terminated: null,
-          topLogprobs: 0,
-        },
+    sampling: score ? null : GREEDY_ROW_SAMPLING,
     scoreTargets: score ? Int32Array.from(tokens, (_, i) => (i + 1 < n ? tokens[i + 1]! : -1)) : new Int32Array(0),
     medusaSlot: -1,
   }

@@ -3,7 +3,7 @@
  * compare what it returns (sampled tokens and their top logprobs, never logits: see `StepOutput`)
  * with the float64 reference of @loom/testkit.
  */
-import { GREEDY_SAMPLING, type LoraWeights, type RowSampling, type StepOutput, type StepRow } from '@loom/core'
+import { GREEDY_ROW_SAMPLING, type LoraWeights, type RowSampling, type StepOutput, type StepRow } from '@loom/core'
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type ReferenceLora } from '@loom/testkit'
 
 /** Largest |x - ref| over the largest |ref|: the relative error of a logits vector. */
@@ -98,14 +98,7 @@ export function roundLora(lora: ReferenceLora, dtype: 'bfloat16' | 'float16'): R
 export const TOP_LOGPROBS = 20
 
 /** Greedy sampling reporting `TOP_LOGPROBS` top logprobs. */
-export const GREEDY_TOP: RowSampling = {
-  params: GREEDY_SAMPLING,
-  draws: 0,
-  penalties: new Int32Array(0),
-  allowed: null,
-  terminated: null,
-  topLogprobs: TOP_LOGPROBS,
-}
+export const GREEDY_TOP: RowSampling = { ...GREEDY_ROW_SAMPLING, topLogprobs: TOP_LOGPROBS }
 
 /** `[n, n]` lower-triangular: a causal row written as a tree (a chain), so every node is sampled. */
 export function causalMask(n: number): Uint8Array {

@@ -8,7 +8,14 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import t from 'tap'
-import { GREEDY_SAMPLING, type MedusaWeights, type RowSampling, type StepBatch, type StepRow } from '@loom/core'
+import {
+  GREEDY_ROW_SAMPLING,
+  GREEDY_SAMPLING,
+  type MedusaWeights,
+  type RowSampling,
+  type StepBatch,
+  type StepRow,
+} from '@loom/core'
 import { buildModel } from '@loom/testkit'
 import { NativeStepRunner } from '../src/index.ts'
 import { causalMask } from './helpers.ts'
@@ -62,14 +69,7 @@ t.test('walk end and heads there, greedy and seeded sampled rows', async (t) => 
     })),
   }
   const slots = [await a.loadAdapter(heads), await b.loadAdapter(heads)]
-  const greedy: RowSampling = {
-    params: GREEDY_SAMPLING,
-    draws: 0,
-    penalties: new Int32Array(0),
-    allowed: null,
-    terminated: null,
-    topLogprobs: 0,
-  }
+  const greedy = GREEDY_ROW_SAMPLING
   const row = (seqId: number, tokens: number[], cacheLen: number, extra: Partial<StepRow> = {}): StepRow => ({
     seqId,
     tokens: Int32Array.from(tokens),

@@ -6,19 +6,9 @@
  * sampling (greedy) only after its last token. The greedy probe runs a prompt and a few greedy
  * steps and keeps each chosen token's log-softmax, to check that both engines hold the same model.
  */
-import { GREEDY_SAMPLING, type RowSampling, type StepBatch, type StepRow } from '@loom/core'
+import { GREEDY_ROW_SAMPLING, type StepBatch, type StepRow } from '@loom/core'
 import type { NativeStepRunner } from '../../src/index.ts'
 import { benchToken } from './bench-tokens.ts'
-
-/** Greedy decoding: no penalties, no grammar, no top logprobs. */
-const GREEDY_ROW: RowSampling = {
-  params: GREEDY_SAMPLING,
-  draws: 0,
-  penalties: new Int32Array(0),
-  allowed: null,
-  terminated: null,
-  topLogprobs: 0,
-}
 
 const batchOf = (rows: StepRow[]): StepBatch => ({ rows, kvCopies: [], topLogprobs: 0, draftTopK: 1 })
 
@@ -38,7 +28,7 @@ function freshRow(
     cacheLen,
     blockTable: Int32Array.from({ length: Math.ceil((cacheLen + n) / blockSize) }, (_, i) => firstBlock + i),
     loraSlot: -1,
-    sampling: GREEDY_ROW,
+    sampling: GREEDY_ROW_SAMPLING,
     scoreTargets: new Int32Array(0),
     medusaSlot: -1,
   }
