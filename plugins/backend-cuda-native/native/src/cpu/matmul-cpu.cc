@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cpu/cpu-device.h"
+#include "cpu/tile-reduce.h"
 #include "cpu/simd-config.h"
 
 namespace loom {
@@ -88,17 +89,6 @@ struct LoadF16 {
   }
 };
 
-// Horizontal sums of 4 vectors: returns [Σa, Σb, Σc, Σd] in 13 shuffles/adds (pairs are
-// folded within 128-bit lanes first, then the four lanes).
-inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
-  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));  // per lane: a b c d
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-}
-
 // The micro-kernel. Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} W_i[k] * x_t[k]
 // w: kRows row pointers in Ld's dtype, x: TN f32 rows. Accumulators: TN × kRows zmm.
 // pf_off: the rows to prefetch into L1 as this block streams are each row's address + pf_off
@@ -147,15 +137,7 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
     const __mmask16 m = __mmask16((1u << (K - k)) - 1);
     fma_step(Ld::load_tail(w0p, k, m), Ld::load_tail(w1p, k, m), Ld::load_tail(w2p, k, m), k, m, true);
   }
-  // Reduce the TN*kRows accumulators 4 at a time, in the flattened [t][i] order of `out`.
-  constexpr int n = TN * kRows;
-  int j = 0;
-#pragma GCC unroll 8
-  for (; j + 4 <= n; j += 4)
-    _mm_storeu_ps(out + j, hsum4(acc[j / kRows][j % kRows], acc[(j + 1) / kRows][(j + 1) % kRows],
-                                 acc[(j + 2) / kRows][(j + 2) % kRows], acc[(j + 3) / kRows][(j + 3) % kRows]));
-#pragma GCC unroll 4
-  for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
+  reduce_tile<TN>(acc, out);  // 4 at a time, in the flattened [t][i] order of `out`
 }
 
 template <typename Ld, int Hint>

@@ -1,0 +1,40 @@
+// Horizontal reductions of the AVX-512 matmul micro-kernels' accumulators (the f32 widening
+// kernel, the bf16 dot kernel and the int8 VNNI kernel share them).
+#pragma once
+
+#include "cpu/intrinsics.h"
+#include "cpu/cpu-device.h"
+#include "cpu/simd-config.h"
+
+namespace loom {
+
+#if LOOM_AVX512
+
+// Horizontal sums of 4 vectors: [Σa, Σb, Σc, Σd] in 13 shuffles/adds (pairs are folded within
+// 128-bit lanes first, then the four lanes); _mm512_reduce_add_ps per accumulator costs twice that,
+// a fifth of a short-K dot.
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a0+a2 b0+b2 a1+a3 b1+b3
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));  // per lane: a b c d
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+}
+
+// Reduce TN × kRows accumulators into out [TN * kRows], 4 at a time in the flattened [t][i] order.
+template <int TN>
+inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
+  constexpr int n = TN * kRows;
+  int j = 0;
+#pragma GCC unroll 8
+  for (; j + 4 <= n; j += 4)
+    _mm_storeu_ps(out + j, hsum4(acc[j / kRows][j % kRows], acc[(j + 1) / kRows][(j + 1) % kRows],
+                                 acc[(j + 2) / kRows][(j + 2) % kRows], acc[(j + 3) / kRows][(j + 3) % kRows]));
+#pragma GCC unroll 4
+  for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
+}
+
+#endif  // LOOM_AVX512
+
+}  // namespace loom
