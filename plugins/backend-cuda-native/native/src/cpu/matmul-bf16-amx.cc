@@ -85,6 +85,28 @@ void amx_pack_tokens(const uint16_t* xb, int64_t T, int64_t K32, int64_t K, uint
   }
 }
 
+void amx_store_tiles(const float (&c)[4][16][16], bool two_tok, bool two_rows, int64_t n, int64_t tt, int64_t T,
+                     const MatmulJob& job, bool accumulate) {
+  // c[a][i][j]: weight row n + 16·(a/2) + i, token 16·(tt + a%2) + j. Each token's 16 rows are
+  // one column of the tile: gathered into a vector and written to y's row contiguously (a scalar
+  // transpose cost as much as the tile products at K = 576).
+  const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(16));
+  for (int a = 0; a < 4; a++) {
+    if ((a & 1) && !two_tok) continue;
+    if ((a & 2) && !two_rows) continue;
+    const int64_t nb = n + (a & 2 ? 16 : 0), tb = (tt + (a & 1)) * 16;
+    const int toks = int(std::min<int64_t>(16, T - tb));
+    const __m512 bias = job.bias ? _mm512_loadu_ps(job.bias + nb) : _mm512_setzero_ps();
+    for (int j = 0; j < toks; j++) {
+      float* y = job.y + (tb + j) * job.ldy + nb;
+      __m512 v = _mm512_add_ps(_mm512_i32gather_ps(column, &c[a][0][j], 4), bias);
+      if (accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
+      _mm512_storeu_ps(y, v);
+    }
+  }
+}
+
 void amx_dot_rows(const uint16_t* xv, int64_t T, const MatmulJob& job, int64_t n0, int64_t n1, bool accumulate) {
   const int64_t K = job.w.cols;
   const uint16_t* w = static_cast<const uint16_t*>(job.w.data);
@@ -122,24 +144,7 @@ void amx_dot_rows(const uint16_t* xv, int64_t T, const MatmulJob& job, int64_t n
       if (two_tok) _tile_stored(1, c[1], 64);
       if (two_rows) _tile_stored(2, c[2], 64);
       if (two_rows && two_tok) _tile_stored(3, c[3], 64);
-      // c[a][i][j]: weight row n + 16·(a/2) + i, token 16·(tt + a%2) + j. Each token's 16 rows
-      // are one column of the tile: gathered into a vector and written to y's row contiguously
-      // (a scalar transpose cost as much as the tile products at K = 576).
-      const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                _mm512_set1_epi32(16));
-      for (int a = 0; a < 4; a++) {
-        if ((a & 1) && !two_tok) continue;
-        if ((a & 2) && !two_rows) continue;
-        const int64_t nb = n + (a & 2 ? 16 : 0), tb = (tt + (a & 1)) * 16;
-        const int toks = int(std::min<int64_t>(16, T - tb));
-        const __m512 bias = job.bias ? _mm512_loadu_ps(job.bias + nb) : _mm512_setzero_ps();
-        for (int j = 0; j < toks; j++) {
-          float* y = job.y + (tb + j) * job.ldy + nb;
-          __m512 v = _mm512_add_ps(_mm512_i32gather_ps(column, &c[a][0][j], 4), bias);
-          if (accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
-          _mm512_storeu_ps(y, v);
-        }
-      }
+      amx_store_tiles(c, two_tok, two_rows, n, tt, T, job, accumulate);
     }
   }
 }

@@ -29,6 +29,13 @@ class ScopedTileConfig {
   alignas(64) uint8_t saved_[64];
 };
 
+// Write a pass's 2 x 2 tiles of f32 results into the job's output, transposed. Semantics: for
+// a < 4 (a & 1: the second token tile, only with two_tok; a & 2: the second 16 weight rows,
+// only with two_rows), i, j < 16, token t = 16·(tt + a%2) + j < T, row r = n + 16·(a/2) + i:
+//   y[t*ldy + r] = (accumulate ? y : 0) + bias[r] + c[a][i][j]
+void amx_store_tiles(const float (&c)[4][16][16], bool two_tok, bool two_rows, int64_t n, int64_t tt, int64_t T,
+                     const MatmulJob& job, bool accumulate);
+
 // Semantics: for each tile tt of 16 tokens, k-pair p < K/2, j < 16:
 //   xv[((tt*K/2 + p)*16 + j)*2 + e] = xb[(16tt + j)*K32 + 2p + e] (0 for tokens >= T)
 // xb [T, K32] bf16 (rows from matmul_bf16_dot), xv [ceil(T/16) * 16 * K] bf16. K even.

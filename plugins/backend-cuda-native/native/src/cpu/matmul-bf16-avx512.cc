@@ -173,13 +173,7 @@ void CpuDevice::matmul_bf16_dot(const float* x, int64_t T, int64_t ldx, const Ma
           for (int i = 0; i < kRows; i++) w[i] = base + (n0 + std::min(i, nrows - 1)) * K;
           float out[kMaxTokens * kRows];  // [tn, kRows]
           dot_bf16_tn(tn, w, xs, K, out);
-          for (int r = 0; r < tn; r++) {
-            float* y = job.y + (t + r) * job.ldy + n0;
-            for (int i = 0; i < nrows; i++) {
-              const float v = out[r * kRows + i] + (job.bias ? job.bias[n0 + i] : 0.0f);
-              y[i] = accumulate ? y[i] + v : v;
-            }
-          }
+          store_tile(out, tn, nrows, job, t, n0, accumulate);
         }
       }
     }

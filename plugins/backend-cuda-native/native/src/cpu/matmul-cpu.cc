@@ -503,13 +503,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             }
             float out[kMaxTokens * kRows];  // [tn, kRows]
             dot_weights(bp.dt, bp.w, xs, tn, K, out, dot_pf, pf_l2);
-            for (int r = 0; r < tn; r++) {
-              float* y = job.y + (t + r) * job.ldy + bp.n0;
-              for (int i = 0; i < bp.nrows; i++) {
-                const float v = out[r * kRows + i] + (job.bias ? job.bias[bp.n0 + i] : 0.0f);
-                y[i] = accumulate ? y[i] + v : v;
-              }
-            }
+            store_tile(out, tn, bp.nrows, job, t, bp.n0, accumulate);
           }
         }
       }

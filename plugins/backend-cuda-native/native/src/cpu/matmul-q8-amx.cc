@@ -88,8 +88,6 @@ void amx_q8_dot_rows(const int8_t* xv, const float* dx, int64_t T, const MatmulJ
   // This 32-row block's scales, [block][row], as f32.
   static thread_local std::vector<float> dw;
   if (int64_t(dw.size()) < nb * 32) dw.resize(size_t(nb * 32));
-  const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(16));
   for (int64_t n = n0; n < n1; n += 32) {
     const bool two_rows = n + 16 < n1;
     const int nrows = two_rows ? 32 : 16;
@@ -142,20 +140,7 @@ void amx_q8_dot_rows(const int8_t* xv, const float* dx, int64_t T, const MatmulJ
           }
         }
       }
-      // f[a][i][j]: weight row n + 16·(a/2) + i, token 16·(tt + a%2) + j; written per token.
-      for (int a = 0; a < 4; a++) {
-        if ((a & 1) && !two_tok) continue;
-        if ((a & 2) && !two_rows) continue;
-        const int64_t nb0 = n + (a & 2 ? 16 : 0), tb = (tt + (a & 1)) * 16;
-        const int toks = int(std::min<int64_t>(16, T - tb));
-        const __m512 bias = job.bias ? _mm512_loadu_ps(job.bias + nb0) : _mm512_setzero_ps();
-        for (int j = 0; j < toks; j++) {
-          float* y = job.y + (tb + j) * job.ldy + nb0;
-          __m512 v = _mm512_add_ps(_mm512_i32gather_ps(column, &f[a][0][j], 4), bias);
-          if (accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
-          _mm512_storeu_ps(y, v);
-        }
-      }
+      amx_store_tiles(f, two_tok, two_rows, n, tt, T, job, accumulate);
     }
   }
 }

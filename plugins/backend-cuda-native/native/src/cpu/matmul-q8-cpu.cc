@@ -212,13 +212,7 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
         for (int i = 0; i < kMaxTokens; i++) xs[i] = xq + std::min<int64_t>(t + i, T - 1) * L.stride;
         float out[kMaxTokens * kRows];  // [tn, kRows]
         dot_q8_tn(tn, w, xs, L, out, t == 0 ? pf : nullptr, pf_step);
-        for (int r = 0; r < tn; r++) {
-          float* y = job.y + (t + r) * job.ldy + n0;
-          for (int i = 0; i < nrows; i++) {
-            const float v = out[r * kRows + i] + (job.bias ? job.bias[n0 + i] : 0.0f);
-            y[i] = accumulate ? y[i] + v : v;
-          }
-        }
+        store_tile(out, tn, nrows, job, t, n0, accumulate);
       }
     }
   });

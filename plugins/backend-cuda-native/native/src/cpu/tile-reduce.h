@@ -1,5 +1,6 @@
-// Horizontal reductions of the AVX-512 matmul micro-kernels' accumulators (the f32 widening
-// kernel, the bf16 dot kernel and the int8 VNNI kernel share them).
+// The matmul micro-kernels' tiles: horizontal reductions of their AVX-512 accumulators and the
+// store of a reduced tile into a job's output (the f32 widening kernel, the bf16 dot kernel and
+// the int8 VNNI kernel share them).
 #pragma once
 
 #include "cpu/intrinsics.h"
@@ -36,5 +37,17 @@ inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
 }
 
 #endif  // LOOM_AVX512
+
+// Store a reduced tile: for r < tn, i < nrows: y[t0 + r, n0 + i] (+)= out[r * kRows + i] + bias[n0 + i].
+inline void store_tile(const float* out, int tn, int nrows, const MatmulJob& job, int64_t t0, int64_t n0,
+                       bool accumulate) {
+  for (int r = 0; r < tn; r++) {
+    float* y = job.y + (t0 + r) * job.ldy + n0;
+    for (int i = 0; i < nrows; i++) {
+      const float v = out[r * kRows + i] + (job.bias ? job.bias[n0 + i] : 0.0f);
+      y[i] = accumulate ? y[i] + v : v;
+    }
+  }
+}
 
 }  // namespace loom
