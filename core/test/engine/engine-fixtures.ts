@@ -153,3 +153,36 @@ export function finishOf(events: readonly GenerationEvent[]): GenerationEvent & 
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
+
+/** Allows only tokens accepted by `allowed`; terminates after `length` accepted tokens. */
+export class FakeConstraint implements TokenConstraint {
+  readonly accepted: number[] = []
+  masks = 0
+  constructor(
+    private readonly vocabSize: number,
+    private readonly allowed: (id: number) => boolean,
+    private readonly length: number,
+  ) {}
+
+  fillNextTokenMask(mask: Uint32Array): boolean {
+    this.masks++
+    for (let id = 0; id < this.vocabSize; id++) if (this.allowed(id)) mask[id >> 5]! |= 1 << (id & 31)
+    return true
+  }
+
+  accept(id: number): boolean {
+    if (!this.allowed(id)) return false
+    this.accepted.push(id)
+    return true
+  }
+
+  rollback(count: number): void {
+    this.accepted.length -= count
+  }
+
+  isTerminated(): boolean {
+    return this.accepted.length >= this.length
+  }
+
+  dispose(): void {}
+}

@@ -1,40 +1,7 @@
 import t from 'tap'
 import type { TokenConstraint } from '../../src/contracts/grammar.ts'
 import { applyConstraintMask } from '../../src/engine/sampler/grammar-mask.ts'
-import { collect, finishOf, GREEDY, idsOf, makeRequest, startEngine } from './engine-fixtures.ts'
-
-/** Allows only tokens accepted by `allowed`; terminates after `length` accepted tokens. */
-class FakeConstraint implements TokenConstraint {
-  readonly accepted: number[] = []
-  masks = 0
-  constructor(
-    private readonly vocabSize: number,
-    private readonly allowed: (id: number) => boolean,
-    private readonly length: number,
-  ) {}
-
-  fillNextTokenMask(mask: Uint32Array): boolean {
-    this.masks++
-    for (let id = 0; id < this.vocabSize; id++) if (this.allowed(id)) mask[id >> 5]! |= 1 << (id & 31)
-    return true
-  }
-
-  accept(id: number): boolean {
-    if (!this.allowed(id)) return false
-    this.accepted.push(id)
-    return true
-  }
-
-  rollback(count: number): void {
-    this.accepted.length -= count
-  }
-
-  isTerminated(): boolean {
-    return this.accepted.length >= this.length
-  }
-
-  dispose(): void {}
-}
+import { collect, FakeConstraint, finishOf, GREEDY, idsOf, makeRequest, startEngine } from './engine-fixtures.ts'
 
 const V = 64
 const EOS = 63

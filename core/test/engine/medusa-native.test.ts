@@ -8,8 +8,16 @@ import { readLoraAdapter } from '../../src/adapters/read-lora.ts'
 import { readMedusaAdapter } from '../../src/adapters/read-medusa.ts'
 import { BatchingEngine } from '../../src/engine/batching-engine.ts'
 import type { ReadAdapter } from '../../src/engine/adapter-registry.ts'
-import type { TokenConstraint } from '../../src/contracts/grammar.ts'
-import { collect, GREEDY, idsOf, makeRequest, silentLogger, TestConstraints, tokensOf } from './engine-fixtures.ts'
+import {
+  collect,
+  FakeConstraint,
+  GREEDY,
+  idsOf,
+  makeRequest,
+  silentLogger,
+  TestConstraints,
+  tokensOf,
+} from './engine-fixtures.ts'
 import { buildMedusaAdapter } from './medusa-fixtures.ts'
 
 /**
@@ -163,7 +171,7 @@ t.test('native runner: Medusa is lossless for greedy in mixed base/LoRA batches'
   const constrained = async (speculator: AdapterHandle | null, sampled: SamplingParams) =>
     Promise.all(
       prompts.slice(0, 20).map(async (inputIds) => {
-        const constraint = new EvenIds(V, 10)
+        const constraint = new FakeConstraint(V, (id) => id % 2 === 0, 10)
         const grammar = constraints.grammarFor(constraint)
         const events = await collect(
           engine.submit(
@@ -184,28 +192,3 @@ t.test('native runner: Medusa is lossless for greedy in mixed base/LoRA batches'
     )
   }
 })
-
-/** A grammar of `length` even token ids, then eos (the test's `V - 2`, even too). */
-class EvenIds implements TokenConstraint {
-  readonly accepted: number[] = []
-  constructor(
-    private readonly vocabSize: number,
-    private readonly length: number,
-  ) {}
-  fillNextTokenMask(mask: Uint32Array): boolean {
-    for (let id = 0; id < this.vocabSize; id += 2) mask[id >> 5]! |= 1 << (id & 31)
-    return true
-  }
-  accept(id: number): boolean {
-    if (id % 2 !== 0 || this.isTerminated()) return false
-    this.accepted.push(id)
-    return true
-  }
-  rollback(count: number): void {
-    this.accepted.length -= count
-  }
-  isTerminated(): boolean {
-    return this.accepted.length >= this.length
-  }
-  dispose(): void {}
-}

@@ -1,6 +1,5 @@
 import t from 'tap'
 import type { AdapterHandle } from '../../src/contracts/adapter.ts'
-import type { TokenConstraint } from '../../src/contracts/grammar.ts'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
 import { draftFromIds, topK } from '../../src/engine/medusa/draft.ts'
@@ -8,6 +7,7 @@ import { resolveSpeculator } from '../../src/engine/medusa/speculator-rules.ts'
 import { adapterSalt, fakeGreedy, type FakeStepRunner, type RecordedRow } from './fake-step-runner.ts'
 import {
   collect,
+  FakeConstraint,
   finishOf,
   GREEDY,
   idsOf,
@@ -290,33 +290,11 @@ t.test('seeded sampling with Medusa equals seeded sampling without, and repeats'
   await engine.close()
 })
 
-/** Allows even tokens only; terminates after `length` accepted tokens. */
-class EvenConstraint implements TokenConstraint {
-  readonly accepted: number[] = []
-  constructor(private readonly length: number) {}
-  fillNextTokenMask(mask: Uint32Array): boolean {
-    for (let id = 0; id < V; id += 2) mask[id >> 5]! |= 1 << (id & 31)
-    return true
-  }
-  accept(id: number): boolean {
-    if (id % 2 !== 0) return false
-    this.accepted.push(id)
-    return true
-  }
-  rollback(count: number): void {
-    this.accepted.length -= count
-  }
-  isTerminated(): boolean {
-    return this.accepted.length >= this.length
-  }
-  dispose(): void {}
-}
-
 t.test('grammar-constrained rows speculate and produce the unconstrained engine output', async (t) => {
   const { engine, constraints } = await startEngine({ medusaAccuracy: PARTIAL })
   const medusa = await engine.loadAdapter(localMedusa('heads'))
   const run = async (speculator: AdapterHandle | null) => {
-    const constraint = new EvenConstraint(12)
+    const constraint = new FakeConstraint(V, (id) => id % 2 === 0, 12)
     const grammar = constraints.grammarFor(constraint)
     const events = await collect(
       engine.submit(makeRequest({ inputIds: [1, 3, 5], maxNewTokens: 20, eosTokenIds: [63], grammar, speculator })),
