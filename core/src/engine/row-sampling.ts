@@ -1,8 +1,6 @@
 import type { RowSampling } from '../contracts/step-runner.ts'
 import type { Sequence } from './sequence.ts'
 
-const NO_PENALTIES = new Int32Array(0)
-
 /**
  * A verification row's nodes as sampling sees them: each node's token and parent (-1 for the root).
  * Node `i` is reached by a walk that emitted the tokens of the nodes from the root's child down to `i`.
@@ -22,11 +20,10 @@ export interface TreeNodes {
 export function rowSampling(seq: Sequence, vocabSize: number, tree: TreeNodes | null): RowSampling {
   const state = seq.sampling
   const { request } = seq
-  const penalties = state.penaltyPairs()
   const base = {
     params: state.sampling,
     draws: state.draws,
-    penalties: penalties.length === 0 ? NO_PENALTIES : penalties,
+    penalties: state.penaltyPairs(),
     topLogprobs: request.topLogprobs,
   }
   const constraint = seq.constraint

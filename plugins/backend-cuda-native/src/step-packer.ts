@@ -138,10 +138,13 @@ export function packStep(
     const s = row.sampling
     if (s !== null) {
       const p = s.params
-      sampleFloats.set(
-        [p.temperature, p.topP, p.typicalP, p.repetitionPenalty, p.frequencyPenalty, p.presencePenalty],
-        k * 6,
-      )
+      const fo = k * 6 // element by element: no array allocated per row and step
+      sampleFloats[fo] = p.temperature
+      sampleFloats[fo + 1] = p.topP
+      sampleFloats[fo + 2] = p.typicalP
+      sampleFloats[fo + 3] = p.repetitionPenalty
+      sampleFloats[fo + 4] = p.frequencyPenalty
+      sampleFloats[fo + 5] = p.presencePenalty
       sampleInts[k * 2] = p.topK
       sampleInts[k * 2 + 1] = s.topLogprobs
       sampleSeeds[k * 2] = p.seed

@@ -2,6 +2,8 @@ import type { SamplingParams } from '../../contracts/sampling.ts'
 import type { PenaltyHistory } from './penalties.ts'
 import { Xoshiro128StarStar } from './rng.ts'
 
+const NO_PAIRS = new Int32Array(0)
+
 /**
  * Everything the sampler remembers about one request: its own random stream and the token
  * statistics the penalties read. It survives preemption, so a recomputed sequence continues the
@@ -37,6 +39,8 @@ export class SamplingState implements PenaltyHistory {
 
   /** The history as `RowSampling.penalties`: distinct `(id, output count)` pairs; empty when no penalty is on. */
   penaltyPairs(): Int32Array {
+    // Every row of every step asks: without a penalty both collections stay empty.
+    if (this.seen.size === 0 && this.outputCounts.size === 0) return NO_PAIRS
     const ids = new Set<number>(this.seen)
     for (const id of this.outputCounts.keys()) ids.add(id)
     const out = new Int32Array(2 * ids.size)
