@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "runtime/status.h"
@@ -80,6 +81,18 @@ class CudaDevice final : public Device {
   // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
   bool check(cudaError_t err, const char* what);
 
+  // Attention work (attention.cu): one query tile of one row over a slice of its visible keys
+  // [key_begin, key_end); `partial` is the first of the tile's partial records when its keys are
+  // split (-1: the item writes the output itself).
+  struct AttnItem {
+    int32_t row, tile, key_begin, key_end, partial;
+  };
+  // A query tile whose keys are split into `nsplit` items: split s wrote the records from
+  // partial + s * (queries per tile).
+  struct AttnSplitGroup {
+    int32_t row, tile, partial, nsplit;
+  };
+
  private:
   struct StagedRange {
     int64_t start, end;
@@ -98,6 +111,14 @@ class CudaDevice final : public Device {
   int64_t stage_head_ = 0;
   std::deque<StagedRange> staged_;
   std::deque<cudaEvent_t> free_events_;
+  // Attention's plan of the current call (host) and the split partials' scratch (device, grown on
+  // demand, released with the device).
+  void plan_attention(const AttnRow* rows, int nrows, const AttnShape& shape);
+  std::vector<AttnItem> attn_items_;
+  std::vector<AttnSplitGroup> attn_groups_;
+  int64_t attn_partial_records_ = 0;
+  float* attn_partials_ = nullptr;
+  int64_t attn_partials_floats_ = 0;
 };
 
 // Threads per block for the simple one-dimensional kernels.

@@ -502,18 +502,25 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // history, and Medusa-style tree masks, for the GQA layouts of SmolLM2, Qwen2, Llama and MHA,
 // with block sizes that divide the context and ones that do not, in f32 caches and, when the
 // device keeps another KV dtype, in that one (the caches rounded to it; see test_kv_dtypes).
+// Then long histories (600-2000 entries) under a few short rows: where the cuda device splits a
+// row's keys across blocks and merges the splits.
 void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   struct Heads {
     int hq, hkv, d;
   };
+  struct Grid {
+    bool long_history;
+    std::vector<int> block_sizes, row_counts;
+  };
   std::vector<DType> kv_dtypes = {DType::F32};
   if (dev->kv_dtype() != DType::F32) kv_dtypes.push_back(dev->kv_dtype());
+  for (const Grid& grid : {Grid{false, {16, 5}, {1, 3, 8}}, Grid{true, {16}, {1, 3}}})
   for (DType kv : kv_dtypes)
     for (Heads hs : {Heads{9, 3, 64}, Heads{14, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}})
-      for (int bs : {16, 5})
-        for (int nrows : {1, 3, 8}) {
+      for (int bs : grid.block_sizes)
+        for (int nrows : grid.row_counts) {
           const int64_t E = int64_t(hs.hkv) * hs.d;
-          const int blocks = 400;
+          const int blocks = 400;  // enough for 3 long rows of block size 16
           std::vector<int32_t> perm(blocks);
           for (int i = 0; i < blocks; i++) perm[size_t(i)] = i;
           for (int i = blocks - 1; i > 0; i--) std::swap(perm[size_t(i)], perm[size_t(rng.range(0, i))]);
@@ -526,8 +533,8 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           for (int r = 0; r < nrows; r++) {
             // decode row, prefill chunk (maybe with history), or a Medusa-style tree
             const int kind = rng.range(0, 2);
-            const int n = kind == 0 ? 1 : rng.range(2, 24);
-            const int cache_len = rng.range(0, 1) ? rng.range(0, 150) : 0;
+            const int n = kind == 0 ? 1 : rng.range(2, grid.long_history ? 5 : 24);
+            const int cache_len = grid.long_history ? rng.range(600, 2000) : rng.range(0, 1) ? rng.range(0, 150) : 0;
             const int need = (cache_len + n + bs - 1) / bs;
             rows.push_back({T, n, cache_len, nullptr, nullptr});
             mask_at.push_back(kind == 2 ? int64_t(masks.size()) : -1);
@@ -558,7 +565,8 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
             out[side] = get(d, ob, out_n);
           }
           ck.compare("attention",
-                     dims((std::string("attention kv ") + dtype_name(kv)).c_str(),
+                     dims((std::string(grid.long_history ? "attention, long history, kv " : "attention kv ") +
+                           dtype_name(kv)).c_str(),
                           {{"rows", nrows}, {"T", T}, {"Hq", hs.hq}, {"Hkv", hs.hkv}, {"D", hs.d}, {"bs", bs}}),
                      out[0].data(), out[1].data(), out_n, 1e-5, 1e-4);
         }
