@@ -2,13 +2,15 @@
 // each against the scalar reference, without Node. A device that cannot run here (cuda without a
 // GPU) is skipped with the factory's reason unless --require names it. Prints one table row per
 // device and seed, then each run's per-family worst errors; exits 1 on any failure.
+// `--device emulated-cuda` runs the cuda kernels the SIMT emulator covers (emulated-cuda.h) on
+// this machine's CPU against the reference, by the self-test's cases for them; no GPU needed.
 // With --models, part b instead (model-check.h): whole random models on the device under test
 // (the first --device, default cpu) against a baseline (--baseline, default: cpu for cuda, the
 // scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
 // With --bench, the GPU benchmark instead (gpu-bench.h, issue 15): decode, prefill and LoRA-op
 // speed of a random Llama-3-8B-shaped model on one device beside their rooflines, one table.
 //
-//   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]
+//   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]
 //   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
 //   loom-native-test --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N]
@@ -24,6 +26,7 @@
 
 #include "cpu/simd-config.h"
 #include "device-factory.h"
+#include "emulated-cuda.h"
 #include "gpu-bench.h"
 #include "model-check.h"
 #include "selftest/kernel-self-test.h"
@@ -180,7 +183,7 @@ int main(int argc, char** argv) {
   Args args;
   if (!parse(argc, argv, &args)) {
     std::fprintf(stderr,
-                 "usage: %s [--seed N]... [--threads N] [--device cpu|cuda]... [--require cuda]\n"
+                 "usage: %s [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]\n"
                  "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
                  "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
                  "       %s --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
@@ -198,6 +201,19 @@ int main(int argc, char** argv) {
   bool failed = false;
   std::string details;
   for (const std::string& name : args.devices) {
+    if (name == "emulated-cuda") {
+      for (uint64_t seed : args.seeds) {
+        const auto t0 = std::chrono::steady_clock::now();
+        loom::SelfTestResult r = loom_emulated::run_emulated_cuda_check(seed);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("%-6s %6llu %7d %9d %8.3f %8.1f  %s\n", "emulated-cuda", static_cast<unsigned long long>(seed),
+                    r.cases, r.failures, r.worst_ratio, secs, r.worst_case.c_str());
+        std::fflush(stdout);
+        details += "-- emulated-cuda seed " + std::to_string(seed) + "\n" + r.report;
+        if (!r.ok || r.failures > 0) failed = true;
+      }
+      continue;
+    }
     if (name == "cuda") {
       const loom::Status usable = loom::cuda_usable();
       if (!usable.ok()) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/attention-plan.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -81,17 +82,6 @@ class CudaDevice final : public Device {
   // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
   bool check(cudaError_t err, const char* what);
 
-  // Attention work (attention.cu): one query tile of one row over a slice of its visible keys
-  // [key_begin, key_end); `partial` is the first of the tile's partial records when its keys are
-  // split (-1: the item writes the output itself).
-  struct AttnItem {
-    int32_t row, tile, key_begin, key_end, partial;
-  };
-  // A query tile whose keys are split into `nsplit` items: split s wrote the records from
-  // partial + s * (queries per tile).
-  struct AttnSplitGroup {
-    int32_t row, tile, partial, nsplit;
-  };
 
  private:
   struct StagedRange {
@@ -113,8 +103,7 @@ class CudaDevice final : public Device {
   std::deque<cudaEvent_t> free_events_;
   // Attention's plan of the current call (host) and the split partials' scratch (device, grown on
   // demand, released with the device).
-  void plan_attention(const AttnRow* rows, int nrows, const AttnShape& shape);
-  std::vector<AttnItem> attn_items_;
+  std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
   int64_t attn_partial_records_ = 0;
   float* attn_partials_ = nullptr;

@@ -1165,6 +1165,34 @@ void test_amx_tile_state(Checker& ck) {
 
 }  // namespace
 
+namespace {
+
+// The result's report and device-fault handling, shared by both entry points.
+void finish(Device* device, Checker& ck, SelfTestResult& res) {
+  for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
+  const Status last = device->synchronize();
+  if (!last.ok() && g_fault.ok()) g_fault = last;
+  if (!g_fault.ok()) {
+    // A device fault makes every result after it meaningless, however close the numbers look.
+    res.ok = false;
+    res.failures++;
+    res.worst_case = "device fault: " + g_fault.message;
+    res.report += "device fault: " + g_fault.message + "\n";
+  }
+}
+
+}  // namespace
+
+SelfTestResult run_attention_self_test(Device* device, uint64_t seed) {
+  SelfTestResult res;
+  Checker ck{&res, {}};
+  Rng rng{seed};
+  g_fault = Status::Ok();
+  test_attention(device, reference_device(), rng, ck);
+  finish(device, ck, res);
+  return res;
+}
+
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   SelfTestResult res;
   Checker ck{&res, {}};
@@ -1186,16 +1214,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
 #if LOOM_AMX_BF16
   if (std::string(device->name()) == "cpu") test_amx_tile_state(ck);
 #endif
-  for (auto& kv : ck.worst) res.report += kv.first + ": " + kv.second.second + "\n";
-  const Status last = device->synchronize();
-  if (!last.ok() && g_fault.ok()) g_fault = last;
-  if (!g_fault.ok()) {
-    // A device fault makes every result after it meaningless, however close the numbers look.
-    res.ok = false;
-    res.failures++;
-    res.worst_case = "device fault: " + g_fault.message;
-    res.report += "device fault: " + g_fault.message + "\n";
-  }
+  finish(device, ck, res);
   return res;
 }
 

@@ -19,5 +19,7 @@ struct SelfTestResult {
 
 // Run every op on `device` and on the reference over a seeded grid of real-model shapes.
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed);
+// Only the attention cases (the test program's emulated cuda kernels: emulated-cuda.h).
+SelfTestResult run_attention_self_test(Device* device, uint64_t seed);
 
 }  // namespace loom

@@ -1,0 +1,207 @@
+// The attention kernels of the cuda device and the host-side plan that cuts a call into their
+// work (see attention.cu for the design). A header so that the test program can also build them
+// for its SIMT emulator (cuda/simt-compat.cuh) and check them against the reference on machines
+// without a GPU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention-plan.h"
+#include "cuda/simt-compat.cuh"
+#include "cuda/warp-reduce.cuh"
+#include "kernels/kernels.h"
+
+#if defined(LOOM_SIMT_EMULATION)
+namespace loom {
+// The emulated build's K/V element types: f32 as is, and 16-bit floats widened exactly.
+template <typename C>
+inline float widen(C v) {
+  return float(v);
+}
+template <>
+inline float widen<simt::f16>(simt::f16 v) {
+  return simt::to_float(v);
+}
+template <>
+inline float widen<simt::bf16>(simt::bf16 v) {
+  return simt::to_float(v);
+}
+}  // namespace loom
+#else
+#include "cuda/dtype-cuda.cuh"
+#endif
+
+namespace loom {
+
+// Internal linkage: the test program links this header's emulated build beside the real one.
+namespace {
+
+// Semantics: for the item's queries qq < nq (query qi = tile·kQueries + qq: token i = qi / G, head
+// h = g·G + qi mod G, g = blockIdx.y) over the visible keys c in [key_begin, key_end):
+//   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
+//   acc = Σ_c e^{s_c - m} V[c, g]
+// written as out[tok_start + i, h, :] = acc / l (0 where no key is visible) when item.partial < 0,
+// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
+// q [T, ldq] f32, kc, vc [S, Hkv·D] in C (paged: slot = block_table[c / bs]·bs + c mod bs),
+// rows [nrows] and items [nitems] staged, out [T, Hq·D], partials scratch.
+template <typename C>
+__global__ void __launch_bounds__(kWarps * 32)
+    flash_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
+                           const AttnWorkItem* items, AttnShape s, float* out, float* partials) {
+  LOOM_DYNAMIC_SHARED(float, smem);
+  const AttnWorkItem item = items[blockIdx.x];
+  const AttnRow row = rows[item.row];
+  const int g = blockIdx.y, D = s.head_dim, G = s.num_heads / s.num_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int q0 = item.tile * kQueries, nq = min(kQueries, row.n * G - q0);
+  const int64_t E = int64_t(s.num_kv_heads) * D;
+  float* qs = smem;                  // [kQueries, D]
+  float* ks = qs + kQueries * D;     // [kKeys, D + 1]
+  float* vs = ks + kKeys * (D + 1);  // [kKeys, D]
+
+  for (int idx = threadIdx.x; idx < kQueries * D; idx += blockDim.x) {
+    const int qq = idx / D, d = idx % D;
+    float v = 0.0f;
+    if (qq < nq) {
+      const int qi = q0 + qq, h = g * G + qi % G;
+      v = q[(int64_t(row.tok_start) + qi / G) * ldq + int64_t(h) * D + d] * s.scale;
+    }
+    qs[idx] = v;
+  }
+
+  float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kMaxDimsPerLane];
+#pragma unroll
+  for (int k = 0; k < kQueriesPerWarp; k++) {
+    m[k] = -INFINITY;
+    l[k] = 0.0f;
+#pragma unroll
+    for (int jj = 0; jj < kMaxDimsPerLane; jj++) acc[k][jj] = 0.0f;
+  }
+
+  for (int k0 = item.key_begin; k0 < item.key_end; k0 += kKeys) {
+    __syncthreads();  // the last tile is consumed (and, the first time, the queries are staged)
+    for (int idx = threadIdx.x; idx < kKeys * D; idx += blockDim.x) {
+      const int j = idx / D, d = idx % D, c = k0 + j;
+      float kv = 0.0f, vv = 0.0f;
+      if (c < item.key_end) {
+        const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
+        const int64_t at = slot * E + int64_t(g) * D + d;
+        kv = widen<C>(kc[at]);
+        vv = widen<C>(vc[at]);
+      }
+      ks[j * (D + 1) + d] = kv;
+      vs[j * D + d] = vv;
+    }
+    __syncthreads();
+    const int c = k0 + lane;  // this lane's key
+#pragma unroll
+    for (int k = 0; k < kQueriesPerWarp; k++) {
+      const int qq = warp + kWarps * k;
+      if (qq < nq) {  // uniform across the warp
+        const int i = (q0 + qq) / G;
+        bool visible = c < item.key_end;
+        if (visible && c >= row.cache_len) {
+          const int j = c - row.cache_len;
+          visible = row.tree_mask ? row.tree_mask[int64_t(i) * row.n + j] != 0 : j <= i;
+        }
+        float score = -INFINITY;
+        if (visible) {
+          const float* qv = qs + qq * D;
+          const float* kr = ks + lane * (D + 1);
+          float dot = 0.0f;
+          for (int d = 0; d < D; d++) dot = fmaf(qv[d], kr[d], dot);
+          score = dot;
+        }
+        const float tile_max = warp_max(score);
+        if (tile_max != -INFINITY) {  // else no key of this tile is visible to the query
+          const float m_new = fmaxf(m[k], tile_max);
+          const float corr = expf(m[k] - m_new);  // 0 while m[k] is still -inf
+          const float p = visible ? expf(score - m_new) : 0.0f;
+          l[k] = l[k] * corr + warp_sum(p);
+#pragma unroll
+          for (int jj = 0; jj < kMaxDimsPerLane; jj++) acc[k][jj] *= corr;
+          for (int j = 0; j < kKeys; j++) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            const float* vr = vs + j * D;
+#pragma unroll
+            for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+              const int d = lane + 32 * jj;
+              if (d < D) acc[k][jj] = fmaf(pj, vr[d], acc[k][jj]);
+            }
+          }
+          m[k] = m_new;
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int k = 0; k < kQueriesPerWarp; k++) {
+    const int qq = warp + kWarps * k;
+    if (qq >= nq) continue;
+    if (item.partial < 0) {
+      const int qi = q0 + qq, h = g * G + qi % G;
+      float* o = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
+#pragma unroll
+      for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+        const int d = lane + 32 * jj;
+        if (d < D) o[d] = l[k] > 0.0f ? acc[k][jj] / l[k] : 0.0f;
+      }
+    } else {
+      float* rec = partials + (int64_t(item.partial + qq) * s.num_kv_heads + g) * (D + 2);
+      if (lane == 0) {
+        rec[0] = m[k];
+        rec[1] = l[k];
+      }
+#pragma unroll
+      for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+        const int d = lane + 32 * jj;
+        if (d < D) rec[2 + d] = acc[k][jj];
+      }
+    }
+  }
+}
+
+// Semantics: for each split group (grid.x) and KV head g (grid.y), each of the tile's queries qq:
+//   M = max_s m_s, out = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s (0 where no split saw a key),
+// the partial records of split s at ((group.partial + s·kQueries + qq) · Hkv + g) · (D + 2).
+__global__ void __launch_bounds__(kWarps * 32)
+    merge_splits_kernel(const AttnRow* rows, const AttnSplitGroup* groups, AttnShape s,
+                        const float* partials, float* out) {
+  const AttnSplitGroup grp = groups[blockIdx.x];
+  const AttnRow row = rows[grp.row];
+  const int g = blockIdx.y, D = s.head_dim, G = s.num_heads / s.num_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int q0 = grp.tile * kQueries, nq = min(kQueries, row.n * G - q0);
+  for (int qq = warp; qq < nq; qq += kWarps) {
+    auto record = [&](int split) {
+      return partials + (int64_t(grp.partial + split * kQueries + qq) * s.num_kv_heads + g) * (D + 2);
+    };
+    float M = -INFINITY;
+    for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, record(sp)[0]);
+    float L = 0.0f, acc[kMaxDimsPerLane] = {};
+    if (M != -INFINITY) {
+      for (int sp = 0; sp < grp.nsplit; sp++) {
+        const float* rec = record(sp);
+        const float w = rec[0] == -INFINITY ? 0.0f : expf(rec[0] - M);
+        L += w * rec[1];
+#pragma unroll
+        for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+          const int d = lane + 32 * jj;
+          if (d < D) acc[jj] = fmaf(w, rec[2 + d], acc[jj]);
+        }
+      }
+    }
+    const int qi = q0 + qq, h = g * G + qi % G;
+    float* o = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
+#pragma unroll
+    for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+      const int d = lane + 32 * jj;
+      if (d < D) o[d] = L > 0.0f ? acc[jj] / L : 0.0f;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

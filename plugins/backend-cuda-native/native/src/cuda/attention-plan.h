@@ -1,0 +1,83 @@
+// The host side of the cuda device's attention (attention.cu, attention-kernels.cuh): the work
+// items one call is cut into, and the constants the kernels and the plan share. Plain C++, so the
+// device's header and the test program's emulated build can include it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace loom {
+
+// One query tile of one row over a slice of its visible keys [key_begin, key_end); `partial` is
+// the first of the tile's partial records when its keys are split (-1: it writes the output).
+struct AttnWorkItem {
+  int32_t row, tile, key_begin, key_end, partial;
+};
+// A query tile whose keys are split into `nsplit` items: split s wrote the records from
+// partial + s * kQueries.
+struct AttnSplitGroup {
+  int32_t row, tile, partial, nsplit;
+};
+
+constexpr int kWarps = 4;                           // warps per block
+constexpr int kQueries = 16;                        // queries per item (block)
+constexpr int kQueriesPerWarp = kQueries / kWarps;  // warp w owns queries w, w + kWarps, ...
+constexpr int kKeys = 32;                           // keys per shared-memory tile: one per lane
+constexpr int kMaxDimsPerLane = 8;                  // head_dim up to 256
+// Least keys per split of a long context: below it the merge costs more than the parallelism wins.
+constexpr int kSplitKeys = 512;
+// Blocks (items × KV heads) per SM the split aims for before it stops splitting.
+constexpr int kBlocksPerSm = 2;
+
+// Shared memory of a block for head_dim D: queries [kQueries, D], K [kKeys, D + 1], V [kKeys, D].
+inline size_t attention_smem_bytes(int D) {
+  return size_t(kQueries * D + kKeys * (D + 1) + kKeys * D) * sizeof(float);
+}
+
+// The work of one attention call (host side, where the rows are): items in row order, a row's
+// tiles in order, a tile's splits in order; a tile whose keys are split gets a group naming its
+// partial records. `sm_count` sizes the split (kBlocksPerSm blocks per SM). Returns the number
+// of partial records (kQueries per split of every split tile); each holds Hkv × (D + 2) floats.
+inline int64_t plan_attention(const AttnRow* rows, int nrows, const AttnShape& shape, int sm_count,
+                              std::vector<AttnWorkItem>* items, std::vector<AttnSplitGroup>* groups) {
+  items->clear();
+  groups->clear();
+  int64_t records = 0;
+  const int G = shape.num_heads / shape.num_kv_heads;
+  int64_t tiles = 0;
+  for (int r = 0; r < nrows; r++) tiles += (int64_t(rows[r].n) * G + kQueries - 1) / kQueries;
+  if (tiles == 0) return 0;
+  // Splits per tile that would bring the grid to kBlocksPerSm blocks per SM (1: no split).
+  const int64_t blocks = tiles * shape.num_kv_heads;
+  const int64_t want = std::max<int64_t>(1, (int64_t(kBlocksPerSm) * sm_count + blocks - 1) / blocks);
+  for (int r = 0; r < nrows; r++) {
+    const AttnRow& row = rows[r];
+    const int nqueries = row.n * G;
+    for (int t = 0; t * kQueries < nqueries; t++) {
+      // Keys the tile's queries can see: every cache entry, then the new ones up to its last token
+      // (causal) or all of them (a tree mask, which may name any of the row's tokens).
+      const int last_token = (std::min(nqueries, (t + 1) * kQueries) - 1) / G;
+      const int key_end = row.cache_len + (row.tree_mask ? row.n : last_token + 1);
+      int64_t nsplit = std::min<int64_t>(want, (key_end + kSplitKeys - 1) / kSplitKeys);
+      if (nsplit <= 1) {
+        items->push_back({r, t, 0, key_end, -1});
+        continue;
+      }
+      // Whole kKeys tiles per split; rounding may leave fewer splits than asked for.
+      const int chunk = int(((key_end + nsplit - 1) / nsplit + kKeys - 1) / kKeys * kKeys);
+      nsplit = (key_end + chunk - 1) / chunk;
+      const int first = int(records);
+      groups->push_back({r, t, first, int(nsplit)});
+      for (int sp = 0; sp < int(nsplit); sp++)
+        items->push_back({r, t, sp * chunk, std::min(key_end, (sp + 1) * chunk), first + sp * kQueries});
+      records += nsplit * kQueries;
+    }
+  }
+  return records;
+}
+
+}  // namespace loom

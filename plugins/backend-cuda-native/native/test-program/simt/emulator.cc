@@ -1,0 +1,228 @@
+// The SIMT emulator's scheduler (see emulator.h): fibers on one OS thread, switched round-robin
+// at barriers, one block at a time.
+#include "simt/emulator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#if !defined(__x86_64__)
+#error "the SIMT emulator's fiber switch is x86-64 assembly"
+#endif
+
+// simt_switch(save, load): push the callee-saved registers, store the stack pointer to *save,
+// load `load` as the stack pointer, pop that fiber's registers and return into it.
+extern "C" void simt_switch(void** save, void* load);
+asm(R"(
+    .text
+    .globl simt_switch
+    .type simt_switch, @function
+simt_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size simt_switch, .-simt_switch
+)");
+
+namespace simt {
+namespace {
+
+constexpr size_t kStackBytes = size_t(128) << 10;
+
+enum class Wait { kNone, kBlock, kWarp };
+
+struct Fiber {
+  void* sp = nullptr;
+  ThreadState state;
+  int warp = 0;
+  bool done = false;
+  Wait wait = Wait::kNone;
+  uint64_t wait_gen = 0;
+};
+
+struct Barrier {
+  uint64_t gen = 0;
+  int arrived = 0, live = 0;
+  // One arrival; true when it completes the barrier (which then releases everyone).
+  bool arrive() {
+    if (++arrived < live) return false;
+    gen++;
+    arrived = 0;
+    return true;
+  }
+  // A thread of the barrier's group finished: the others no longer wait for it.
+  void leave() {
+    live--;
+    if (arrived > 0 && arrived >= live) {
+      gen++;
+      arrived = 0;
+    }
+  }
+};
+
+struct Launch {
+  dim3 grid, block;
+  const std::function<void()>* kernel = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<std::unique_ptr<char[]>> stacks;
+  std::vector<uint8_t> smem;
+  Barrier block_barrier;
+  std::vector<Barrier> warp_barriers;
+  std::vector<uint64_t> exchange;  // [warps, 32]
+  Fiber* cur = nullptr;
+  void* scheduler_sp = nullptr;
+};
+
+Launch* g_launch = nullptr;
+ThreadState g_host_state;  // what current() returns outside a kernel
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "simt emulator: %s\n", what);
+  std::abort();
+}
+
+void yield_to_scheduler() {
+  Launch& L = *g_launch;
+  simt_switch(&L.cur->sp, L.scheduler_sp);
+}
+
+// First code of every fiber: run the kernel, leave the barriers, never return.
+void fiber_entry() {
+  Launch& L = *g_launch;
+  (*L.kernel)();
+  Fiber& f = *L.cur;
+  f.done = true;
+  L.block_barrier.leave();
+  L.warp_barriers[size_t(f.warp)].leave();
+  yield_to_scheduler();
+  fail("a finished fiber was resumed");
+}
+
+bool runnable(const Launch& L, const Fiber& f) {
+  if (f.done) return false;
+  switch (f.wait) {
+    case Wait::kBlock: return L.block_barrier.gen > f.wait_gen;
+    case Wait::kWarp: return L.warp_barriers[size_t(f.warp)].gen > f.wait_gen;
+    default: return true;
+  }
+}
+
+void run_block(Launch& L, const dim3& block_idx) {
+  const int n = int(L.block.x * L.block.y * L.block.z), warps = (n + 31) / 32;
+  L.fibers.assign(size_t(n), Fiber{});
+  L.block_barrier = Barrier{0, 0, n};
+  L.warp_barriers.assign(size_t(warps), Barrier{});
+  for (int w = 0; w < warps; w++) L.warp_barriers[size_t(w)].live = std::min(32, n - 32 * w);
+  std::fill(L.smem.begin(), L.smem.end(), uint8_t(0xA5));  // stale bytes, not zeros: CUDA gives no zeros
+  while (L.stacks.size() < size_t(n)) L.stacks.emplace_back(new char[kStackBytes]);
+  for (int i = 0; i < n; i++) {
+    Fiber& f = L.fibers[size_t(i)];
+    f.state.block_idx = block_idx;
+    f.state.thread_idx = dim3(unsigned(i) % L.block.x, unsigned(i) / L.block.x % L.block.y,
+                              unsigned(i) / (L.block.x * L.block.y));
+    f.state.linear = i;
+    f.warp = i / 32;
+    // A fresh stack that simt_switch "returns" into fiber_entry from: six zeroed registers, then
+    // the return address; 16-byte aligned so fiber_entry starts with the ABI's alignment.
+    char* top = L.stacks[size_t(i)].get() + kStackBytes;
+    auto* sp = reinterpret_cast<uintptr_t*>((reinterpret_cast<uintptr_t>(top) & ~uintptr_t(15)) - 64);
+    for (int r = 0; r < 6; r++) sp[r] = 0;
+    sp[6] = reinterpret_cast<uintptr_t>(&fiber_entry);
+    f.sp = sp;
+  }
+  for (;;) {
+    bool progress = false, all_done = true;
+    for (Fiber& f : L.fibers) {
+      if (!f.done) all_done = false;
+      if (!runnable(L, f)) continue;
+      f.wait = Wait::kNone;
+      L.cur = &f;
+      simt_switch(&L.scheduler_sp, f.sp);
+      progress = true;
+    }
+    if (all_done) break;
+    if (!progress) fail("deadlock: threads wait at barriers that cannot complete (a barrier under divergent control flow?)");
+  }
+  L.cur = nullptr;
+}
+
+}  // namespace
+
+const ThreadState& current() { return g_launch && g_launch->cur ? g_launch->cur->state : g_host_state; }
+const dim3& block_dim() { return g_launch->block; }
+const dim3& grid_dim() { return g_launch->grid; }
+void* dynamic_shared_bytes() { return g_launch->smem.data(); }
+uint64_t* exchange_slot(int lane) {
+  return &g_launch->exchange[size_t(g_launch->cur->warp) * 32 + size_t(lane)];
+}
+
+void sync_block() {
+  Launch& L = *g_launch;
+  Fiber& f = *L.cur;
+  f.wait_gen = L.block_barrier.gen;
+  L.block_barrier.arrive();
+  f.wait = Wait::kBlock;
+  yield_to_scheduler();
+}
+
+void sync_warp() {
+  Launch& L = *g_launch;
+  Fiber& f = *L.cur;
+  Barrier& b = L.warp_barriers[size_t(f.warp)];
+  f.wait_gen = b.gen;
+  b.arrive();
+  f.wait = Wait::kWarp;
+  yield_to_scheduler();
+}
+
+void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel) {
+  if (g_launch) fail("a kernel launched from inside a kernel");
+  Launch L;
+  L.grid = grid;
+  L.block = block;
+  L.kernel = &kernel;
+  L.smem.assign(smem, 0);
+  L.exchange.assign(size_t((block.x * block.y * block.z + 31) / 32) * 32, 0);
+  g_launch = &L;
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) run_block(L, dim3(x, y, z));
+  g_launch = nullptr;
+}
+
+float to_float(f16 h) {
+  const uint32_t s = uint32_t(h.bits >> 15) << 31;
+  uint32_t e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ff, u;
+  if (e == 31) {
+    u = s | 0x7f800000u | (m << 13);
+  } else if (e != 0) {
+    u = s | ((e + 112) << 23) | (m << 13);
+  } else if (m == 0) {
+    u = s;
+  } else {  // subnormal: m · 2^-24, normalised
+    e = 113;
+    while (!(m & 0x400)) {
+      m <<= 1;
+      e--;
+    }
+    u = s | (e << 23) | ((m & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace simt

@@ -1,0 +1,107 @@
+// A SIMT emulator for checking cuda kernels on a machine without a GPU (the test program only).
+//
+// A kernel written against cuda/simt-compat.cuh compiles both with nvcc (the real thing) and,
+// with LOOM_SIMT_EMULATION defined, as plain C++ that this emulator runs: every CUDA thread of a
+// block is a fiber on the calling OS thread, and the scheduler switches fibers round-robin at each
+// synchronisation point (__syncthreads, and every warp shuffle, which is a warp barrier around an
+// exchange buffer). Blocks run one after another. So kernels run with CUDA's semantics for what
+// they are allowed to assume (block barriers, warp-synchronous shuffles with full masks, shared
+// memory per block), not with its timing: a kernel that depends on lockstep execution without a
+// sync, on inter-block concurrency or on atomics fails here or is not expressible.
+//
+// Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), dynamic shared memory
+// (LOOM_DYNAMIC_SHARED), __syncthreads, __shfl_sync and __shfl_xor_sync with the full mask on
+// 4- and 8-byte values, the float math of <cmath>, min/max, and 16-bit float types for K/V caches
+// (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
+// swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+
+namespace simt {
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+// The running CUDA thread's coordinates; `linear` is its index in the block (x fastest), whose
+// remainder by 32 is its lane.
+struct ThreadState {
+  dim3 thread_idx, block_idx;
+  int linear = 0;
+};
+const ThreadState& current();
+const dim3& block_dim();
+const dim3& grid_dim();
+void* dynamic_shared_bytes();
+
+// Run `kernel` (a callable taking no arguments, e.g. a lambda calling the kernel function) on
+// grid × block threads with `smem` bytes of dynamic shared memory per block.
+void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel);
+
+// Block barrier; warp barrier (all 32 lanes of the caller's warp).
+void sync_block();
+void sync_warp();
+// This lane's 8-byte slot of its warp's exchange buffer, and lane `src`'s.
+uint64_t* exchange_slot(int lane);
+
+template <typename T>
+T shuffle(T v, int src) {
+  static_assert(sizeof(T) <= 8, "shuffles move 4- or 8-byte values");
+  const int lane = current().linear % 32;
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  *exchange_slot(lane) = bits;
+  sync_warp();
+  const uint64_t got = *exchange_slot(src & 31);
+  sync_warp();  // nobody overwrites its slot before every lane has read
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+
+// 16-bit float storage types with conversion to f32 (IEEE half; bfloat16 as a 16-bit shift).
+struct f16 {
+  uint16_t bits;
+};
+struct bf16 {
+  uint16_t bits;
+};
+float to_float(f16 h);
+inline float to_float(bf16 b) {
+  const uint32_t u = uint32_t(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace simt
+
+#define threadIdx (::simt::current().thread_idx)
+#define blockIdx (::simt::current().block_idx)
+#define blockDim (::simt::block_dim())
+#define gridDim (::simt::grid_dim())
+
+inline void __syncthreads() { ::simt::sync_block(); }
+template <typename T>
+T __shfl_sync(unsigned /*full mask*/, T v, int src) {
+  return ::simt::shuffle(v, src);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned /*full mask*/, T v, int lane_mask) {
+  return ::simt::shuffle(v, (::simt::current().linear % 32) ^ lane_mask);
+}
+using std::max;
+using std::min;
