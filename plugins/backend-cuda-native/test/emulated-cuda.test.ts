@@ -1,11 +1,12 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
-// attention, its host plan and split-KV merge), run on this CPU by the emulator and checked
-// against the scalar reference by the self-test's own cases, in f32 and f16 caches. No GPU: this
-// is what catches a kernel's logic errors in CI before a GPU session spends minutes on them.
+// attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk and
+// the sampler), run on this CPU by the emulator and checked against the scalar reference by the
+// self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
+// session spends minutes on them.
 import t from 'tap'
 import { buildTestProgram, run } from './test-program.ts'
 
-t.test('cuda attention kernels on the SIMT emulator match the reference', async (t) => {
+t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
   if ('error' in built) return t.fail(built.error)
   const result = await run(built.program, ['--device', 'emulated-cuda', '--seed', '1'])
@@ -13,7 +14,9 @@ t.test('cuda attention kernels on the SIMT emulator match the reference', async 
   t.equal(result.status, 0, 'every case passes')
   const row = /^emulated-cuda\s+1\s+(\d+)\s+(\d+)\s/m.exec(result.output)
   t.ok(row, 'a result row for seed 1')
-  t.ok(Number(row?.[1]) >= 60, `the attention grid ran (${row?.[1]} cases: f32 and f16, short and long histories)`)
+  t.ok(Number(row?.[1]) >= 100, `the grids ran (${row?.[1]} cases)`)
+  for (const family of ['attention', 'argmax', 'top_k', 'log_sum_exp', 'tree_walk', 'sample'])
+    t.match(result.output, new RegExp(`^${family}: .* worst `, 'm'), `${family} was checked`)
   t.equal(Number(row?.[2]), 0, 'no failures')
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)
   t.ok(Number(coverage?.[2]) > 0, `the split-KV path ran (${coverage?.[0]})`)

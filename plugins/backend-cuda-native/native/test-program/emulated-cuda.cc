@@ -3,8 +3,12 @@
 // LOOM_SIMT_EMULATION (this file only), on any machine, so a kernel's logic (indexing, masks,
 // splits, barriers, warp shuffles) is checked in `npm test` before a GPU ever runs it.
 //
-// Covered so far: attention (cuda/attention-kernels.cuh), with the same host-side plan the device
-// uses, at the SM count of an H100 (132), in f32 and f16 caches (the cuda device keeps f16).
+// Covered so far, with the launch shapes of the cuda device:
+//  - attention (cuda/attention-kernels.cuh) with the device's host-side plan at the SM count of an
+//    H100 (132), in f32 and f16 caches (the cuda device keeps f16): the self-test's attention cases;
+//  - argmax, top_k, log_sum_exp (cuda/vocab-kernels.cuh): its elementwise cases (whose other ops
+//    are the reference's here, so they compare the reference with itself);
+//  - tree_walk (vocab-kernels.cuh) and sample (cuda/sampler-kernels.cuh): their cases.
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -12,6 +16,8 @@
 #include <vector>
 
 #include "cuda/attention-kernels.cuh"
+#include "cuda/sampler-kernels.cuh"
+#include "cuda/vocab-kernels.cuh"
 #include "selftest/kernel-self-test.h"
 
 namespace loom_emulated {
@@ -120,12 +126,12 @@ void emulated_flash(const simt::dim3& grid, size_t smem, const float* q, int64_t
   });
 }
 
-// The reference's memory (host) and ops, with attention run as the cuda device runs it: the same
-// plan, the same two kernels, on the emulator. Reports f16 caches, as the cuda device does, so the
-// self-test checks both cache dtypes.
-class EmulatedCudaAttention final : public ForwardingDevice {
+// The reference's memory (host) and ops, with the covered ops run as the cuda device runs them:
+// the same plans and kernels, the same launch shapes, on the emulator. Reports f16 caches, as the
+// cuda device does, so the self-test checks both cache dtypes.
+class EmulatedCudaDevice final : public ForwardingDevice {
  public:
-  EmulatedCudaAttention() : ForwardingDevice(reference_device()) {}
+  EmulatedCudaDevice() : ForwardingDevice(reference_device()) {}
   const char* name() const override { return "emulated-cuda"; }
   DType kv_dtype() const override { return DType::F16; }
 
@@ -162,6 +168,32 @@ class EmulatedCudaAttention final : public ForwardingDevice {
                  [&] { merge_splits_kernel(rows, groups, shape, partials, out); });
   }
 
+  void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
+    if (T > 0) simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { argmax_kernel(x, ld, V, out); });
+  }
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {
+    if (T > 0 && K > 0)
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { top_k_kernel(x, ld, V, K, out); });
+  }
+  void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override {
+    if (T > 0)
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { log_sum_exp_kernel(x, ld, V, out); });
+  }
+  void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows, int32_t* leaf) override {
+    if (nrows > 0)
+      simt::launch(simt::dim3(unsigned((nrows + 63) / 64)), simt::dim3(64), 0,
+                   [&] { tree_walk_kernel(tokens, argmax, rows, nrows, leaf); });
+  }
+  void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
+              float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override {
+    if (nrows <= 0) return;
+    const int64_t stride = sample_row_scratch_bytes(V);
+    simt::launch(simt::dim3(unsigned(nrows)), simt::dim3(kSampleThreads), 0, [&] {
+      sample_kernel(x, ld, V, params, max_top, token, logprob, top_ids, top_logprobs, static_cast<uint8_t*>(scratch),
+                    stride);
+    });
+  }
+
  private:
   std::vector<AttnWorkItem> items_;
   std::vector<AttnSplitGroup> groups_;
@@ -172,8 +204,9 @@ class EmulatedCudaAttention final : public ForwardingDevice {
 }  // namespace
 
 loom::SelfTestResult run_emulated_cuda_check(uint64_t seed) {
-  EmulatedCudaAttention device;
-  loom::SelfTestResult r = loom::run_attention_self_test(&device, seed);
+  EmulatedCudaDevice device;
+  loom::SelfTestResult r =
+      loom::run_self_test_families(&device, seed, {"attention", "elementwise", "tree_walk", "sample"});
   r.report += device.coverage();
   return r;
 }

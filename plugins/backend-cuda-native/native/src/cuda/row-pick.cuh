@@ -1,8 +1,10 @@
 // The best (value, index) of a logits row across a block: argmax, top-k and the sampler's
-// reductions (vocab-ops.cu, sampler.cu). Included by .cu files only.
+// reductions (vocab-kernels.cuh, sampler-kernels.cuh).
 #pragma once
 
 #include <climits>
+
+#include "cuda/simt-compat.cuh"
 
 namespace loom {
 

@@ -4,10 +4,22 @@
 // the few spellings that differ. Kernels written this way are checked on machines without a GPU.
 #pragma once
 
+namespace loom {
+// `shared_type<float[32]>` is float[32]: lets LOOM_SHARED take array types whole.
+template <typename T>
+using shared_type = T;
+}  // namespace loom
+
 #if defined(LOOM_SIMT_EMULATION)
 #include "simt/emulator.h"
 // Dynamic shared memory of the block (the launch's third parameter).
 #define LOOM_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::simt::dynamic_shared_bytes())
+// A statically sized shared variable, e.g. LOOM_SHARED(float[32], partial): one per block.
+#define LOOM_SHARED(type, name)                                                                   \
+  static const char name##_declaration = 0;                                                        \
+  ::loom::shared_type<type>& name = *static_cast<::loom::shared_type<type>*>(::simt::block_static( \
+      &name##_declaration, sizeof(::loom::shared_type<type>), alignof(::loom::shared_type<type>)))
 #else
 #define LOOM_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define LOOM_SHARED(type, name) __shared__ ::loom::shared_type<type> name
 #endif

@@ -1183,12 +1183,27 @@ void finish(Device* device, Checker& ck, SelfTestResult& res) {
 
 }  // namespace
 
-SelfTestResult run_attention_self_test(Device* device, uint64_t seed) {
+SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::vector<std::string>& families) {
   SelfTestResult res;
   Checker ck{&res, {}};
   Rng rng{seed};
   g_fault = Status::Ok();
-  test_attention(device, reference_device(), rng, ck);
+  Device* ref = reference_device();
+  for (const std::string& family : families) {
+    if (family == "attention") {
+      test_attention(device, ref, rng, ck);
+    } else if (family == "elementwise") {
+      test_elementwise(device, ref, rng, ck);
+    } else if (family == "tree_walk") {
+      test_tree_walk(device, ref, rng, ck);
+    } else if (family == "sample") {
+      test_sample(device, ref, rng, ck);
+    } else {
+      res.ok = false;
+      res.failures++;
+      res.worst_case = "unknown self-test family " + family;
+    }
+  }
   finish(device, ck, res);
   return res;
 }

@@ -82,6 +82,10 @@ struct Launch {
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
   std::vector<uint64_t> exchange;  // [warps, 32]
+  // Statically sized __shared__ variables of the current block, by declaration.
+  std::vector<std::pair<const void*, std::unique_ptr<uint8_t[]>>> statics;
+  int or_accumulator = 0, or_result = 0;
+  uint64_t or_generation = UINT64_MAX;
   Fiber* cur = nullptr;
   void* scheduler_sp = nullptr;
 };
@@ -127,6 +131,9 @@ void run_block(Launch& L, const dim3& block_idx) {
   L.warp_barriers.assign(size_t(warps), Barrier{});
   for (int w = 0; w < warps; w++) L.warp_barriers[size_t(w)].live = std::min(32, n - 32 * w);
   std::fill(L.smem.begin(), L.smem.end(), uint8_t(0xA5));  // stale bytes, not zeros: CUDA gives no zeros
+  L.statics.clear();
+  L.or_accumulator = 0;
+  L.or_generation = UINT64_MAX;
   while (L.stacks.size() < size_t(n)) L.stacks.emplace_back(new char[kStackBytes]);
   for (int i = 0; i < n; i++) {
     Fiber& f = L.fibers[size_t(i)];
@@ -169,6 +176,33 @@ uint64_t* exchange_slot(int lane) {
   return &g_launch->exchange[size_t(g_launch->cur->warp) * 32 + size_t(lane)];
 }
 
+void* block_static(const void* key, size_t bytes, size_t align) {
+  Launch& L = *g_launch;
+  for (auto& [k, mem] : L.statics)
+    if (k == key) return mem.get();
+  if (align > 16) fail("__shared__ alignment above 16 bytes");
+  L.statics.emplace_back(key, std::unique_ptr<uint8_t[]>(new uint8_t[bytes]));  // new[] aligns to 16
+  std::memset(L.statics.back().second.get(), 0xA5, bytes);
+  return L.statics.back().second.get();
+}
+
+int sync_block_or(int predicate) {
+  Launch& L = *g_launch;
+  if (predicate) L.or_accumulator = 1;
+  sync_block();
+  // Every thread has contributed. The barrier's generation is the same for all of them until the
+  // next barrier completes: the first to wake publishes and resets the accumulator, and the second
+  // barrier keeps any thread's next contribution after everyone has read the result.
+  if (L.or_generation != L.block_barrier.gen) {
+    L.or_generation = L.block_barrier.gen;
+    L.or_result = L.or_accumulator;
+    L.or_accumulator = 0;
+  }
+  const int result = L.or_result;
+  sync_block();
+  return result;
+}
+
 void sync_block() {
   Launch& L = *g_launch;
   Fiber& f = *L.cur;
@@ -201,28 +235,6 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) run_block(L, dim3(x, y, z));
   g_launch = nullptr;
-}
-
-float to_float(f16 h) {
-  const uint32_t s = uint32_t(h.bits >> 15) << 31;
-  uint32_t e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ff, u;
-  if (e == 31) {
-    u = s | 0x7f800000u | (m << 13);
-  } else if (e != 0) {
-    u = s | ((e + 112) << 23) | (m << 13);
-  } else if (m == 0) {
-    u = s;
-  } else {  // subnormal: m · 2^-24, normalised
-    e = 113;
-    while (!(m & 0x400)) {
-      m <<= 1;
-      e--;
-    }
-    u = s | (e << 23) | ((m & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 }  // namespace simt

@@ -9,10 +9,11 @@
 // memory per block), not with its timing: a kernel that depends on lockstep execution without a
 // sync, on inter-block concurrency or on atomics fails here or is not expressible.
 //
-// Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), dynamic shared memory
-// (LOOM_DYNAMIC_SHARED), __syncthreads, __shfl_sync and __shfl_xor_sync with the full mask on
-// 4- and 8-byte values, the float math of <cmath>, min/max, and 16-bit float types for K/V caches
-// (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
+// Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
+// LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads and __syncthreads_or,
+// __shfl_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte values,
+// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, the
+// math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
 #pragma once
 
@@ -22,6 +23,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+
+#include "kernels/dtype.h"
 
 #define __global__
 #define __device__
@@ -46,14 +49,19 @@ const ThreadState& current();
 const dim3& block_dim();
 const dim3& grid_dim();
 void* dynamic_shared_bytes();
+// The block's instance of a statically sized __shared__ variable: `key` names the declaration
+// (the address of a static local beside it), the first request in a block allocates it.
+void* block_static(const void* key, size_t bytes, size_t align);
 
 // Run `kernel` (a callable taking no arguments, e.g. a lambda calling the kernel function) on
 // grid × block threads with `smem` bytes of dynamic shared memory per block.
 void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel);
 
-// Block barrier; warp barrier (all 32 lanes of the caller's warp).
+// Block barrier; warp barrier (all 32 lanes of the caller's warp); block barrier returning
+// whether any thread's predicate was non-zero.
 void sync_block();
 void sync_warp();
+int sync_block_or(int predicate);
 // This lane's 8-byte slot of its warp's exchange buffer, and lane `src`'s.
 uint64_t* exchange_slot(int lane);
 
@@ -72,20 +80,15 @@ T shuffle(T v, int src) {
   return out;
 }
 
-// 16-bit float storage types with conversion to f32 (IEEE half; bfloat16 as a 16-bit shift).
+// 16-bit float storage types, widened exactly as kernels/dtype.h does.
 struct f16 {
   uint16_t bits;
 };
 struct bf16 {
   uint16_t bits;
 };
-float to_float(f16 h);
-inline float to_float(bf16 b) {
-  const uint32_t u = uint32_t(b.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline float to_float(f16 h) { return loom::f16_to_f32(h.bits); }
+inline float to_float(bf16 b) { return loom::bf16_to_f32(b.bits); }
 
 }  // namespace simt
 
@@ -95,6 +98,28 @@ inline float to_float(bf16 b) {
 #define gridDim (::simt::grid_dim())
 
 inline void __syncthreads() { ::simt::sync_block(); }
+inline int __syncthreads_or(int predicate) { return ::simt::sync_block_or(predicate); }
+inline int __any_sync(unsigned /*full mask*/, int predicate) {
+  int any = 0;
+  for (int o = 16; o > 0; o >>= 1) predicate |= ::simt::shuffle(predicate, (::simt::current().linear % 32) ^ o);
+  any = predicate != 0;
+  return any;
+}
+inline int atomicAdd(int* address, int value) {
+  const int old = *address;
+  *address = old + value;
+  return old;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 template <typename T>
 T __shfl_sync(unsigned /*full mask*/, T v, int src) {
   return ::simt::shuffle(v, src);
@@ -103,5 +128,6 @@ template <typename T>
 T __shfl_xor_sync(unsigned /*full mask*/, T v, int lane_mask) {
   return ::simt::shuffle(v, (::simt::current().linear % 32) ^ lane_mask);
 }
+using std::isnan;
 using std::max;
 using std::min;
