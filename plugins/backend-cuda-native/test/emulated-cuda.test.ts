@@ -1,6 +1,6 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
-// attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk and
-// the sampler), run on this CPU by the emulator and checked against the scalar reference by the
+// attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk, the
+// sampler and the element-wise ops), run on this CPU by the emulator and checked against the scalar reference by the
 // self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
 // session spends minutes on them.
 import t from 'tap'
@@ -15,7 +15,8 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const row = /^emulated-cuda\s+1\s+(\d+)\s+(\d+)\s/m.exec(result.output)
   t.ok(row, 'a result row for seed 1')
   t.ok(Number(row?.[1]) >= 100, `the grids ran (${row?.[1]} cases)`)
-  for (const family of ['attention', 'argmax', 'top_k', 'log_sum_exp', 'tree_walk', 'sample'])
+  const families = ['attention', 'argmax', 'top_k', 'log_sum_exp', 'tree_walk', 'sample', 'rmsnorm', 'rope']
+  for (const family of [...families, 'rope_tables', 'embedding', 'silu', 'gather_rows', 'kv_slots', 'kv_cache'])
     t.match(result.output, new RegExp(`^${family}: .* worst `, 'm'), `${family} was checked`)
   t.equal(Number(row?.[2]), 0, 'no failures')
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)

@@ -8,7 +8,10 @@
 //    H100 (132), in f32 and f16 caches (the cuda device keeps f16): the self-test's attention cases;
 //  - argmax, top_k, log_sum_exp (cuda/vocab-kernels.cuh): its elementwise cases (whose other ops
 //    are the reference's here, so they compare the reference with itself);
-//  - tree_walk (vocab-kernels.cuh) and sample (cuda/sampler-kernels.cuh): their cases.
+//  - tree_walk (vocab-kernels.cuh) and sample (cuda/sampler-kernels.cuh): their cases;
+//  - embedding, rmsnorm, silu_mul, silu_residual, rope, rope_tables, gather_rows, kv_slots,
+//    paged_slots, kv_store, kv_copy (cuda/elementwise-kernels.cuh): the elementwise, step-op,
+//    cache and KV-dtype cases.
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "cuda/attention-kernels.cuh"
+#include "cuda/elementwise-kernels.cuh"
 #include "cuda/sampler-kernels.cuh"
 #include "cuda/vocab-kernels.cuh"
 #include "selftest/kernel-self-test.h"
@@ -168,6 +172,81 @@ class EmulatedCudaDevice final : public ForwardingDevice {
                  [&] { merge_splits_kernel(rows, groups, shape, partials, out); });
   }
 
+  void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override {
+    if (T > 0)
+      simt::launch(simt::dim3(element_grid(table.cols), unsigned(T)), simt::dim3(kElementThreads), 0,
+                   [&] { embedding_kernel(ids, table.data, table.dtype, table.cols, y); });
+  }
+  void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+               int64_t ldy) override {
+    if (T > 0)
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(rmsnorm_threads(H)), 0,
+                   [&] { rmsnorm_kernel(x, ldx, H, w, eps, y, ldy); });
+  }
+  void silu_mul(const float* gate, const float* up, int64_t n, float* y) override {
+    if (n > 0)
+      simt::launch(simt::dim3(element_grid(n)), simt::dim3(kElementThreads), 0, [&] { silu_mul_kernel(gate, up, n, y); });
+  }
+  void silu_residual(const float* t, int64_t n, float* y) override {
+    if (n > 0)
+      simt::launch(simt::dim3(element_grid(n)), simt::dim3(kElementThreads), 0, [&] { silu_residual_kernel(t, n, y); });
+  }
+  void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override {
+    if (T > 0)
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowOpThreads), 0,
+                   [&] { rope_kernel(x, ldx, heads, D, cos, sin); });
+  }
+  void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
+                   float* sin) override {
+    if (T > 0 && half > 0)
+      simt::launch(simt::dim3(unsigned((half + kRowOpThreads - 1) / kRowOpThreads), unsigned(T)),
+                   simt::dim3(kRowOpThreads), 0, [&] { rope_tables_kernel(positions, inv_freq, half, cos, sin); });
+  }
+  void gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) override {
+    if (n > 0)
+      simt::launch(simt::dim3(element_grid(H), unsigned(n)), simt::dim3(kElementThreads), 0,
+                   [&] { gather_rows_kernel(src, ld, idx, H, dst); });
+  }
+  void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) override {
+    if (nrows > 0)
+      simt::launch(simt::dim3(unsigned(nrows)), simt::dim3(kRowOpThreads), 0,
+                   [&] { kv_slots_kernel(rows, block_size, slot); });
+  }
+  void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size, int32_t* slot) override {
+    if (n > 0)
+      simt::launch(simt::dim3(element_grid(n)), simt::dim3(kElementThreads), 0,
+                   [&] { paged_slots_kernel(block_table, idx, n, block_size, slot); });
+  }
+  void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, DType kv_dtype,
+                void* kc, void* vc) override {
+    if (T <= 0) return;
+    const simt::dim3 grid(element_grid(E), unsigned(T)), block(kElementThreads);
+    switch (kv_dtype) {
+      case DType::F32:
+        simt::launch(grid, block, 0, [&] {
+          kv_store_kernel(k, v, ldk, slot, E, static_cast<float*>(kc), static_cast<float*>(vc));
+        });
+        break;
+      case DType::F16:
+        simt::launch(grid, block, 0, [&] {
+          kv_store_kernel(k, v, ldk, slot, E, static_cast<simt::f16*>(kc), static_cast<simt::f16*>(vc));
+        });
+        break;
+      default:
+        simt::launch(grid, block, 0, [&] {
+          kv_store_kernel(k, v, ldk, slot, E, static_cast<simt::bf16*>(kc), static_cast<simt::bf16*>(vc));
+        });
+    }
+  }
+  void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
+               void* vc) override {
+    if (n > 0)
+      simt::launch(simt::dim3(1), simt::dim3(kKvCopyThreads), 0, [&] {
+        kv_copy_kernel(from, to, n, E * dtype_size(kv_dtype) / 2, static_cast<uint16_t*>(kc),
+                       static_cast<uint16_t*>(vc));
+      });
+  }
+
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
     if (T > 0) simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { argmax_kernel(x, ld, V, out); });
   }
@@ -206,7 +285,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 loom::SelfTestResult run_emulated_cuda_check(uint64_t seed) {
   EmulatedCudaDevice device;
   loom::SelfTestResult r =
-      loom::run_self_test_families(&device, seed, {"attention", "elementwise", "tree_walk", "sample"});
+      loom::run_self_test_families(&device, seed, {"attention", "elementwise", "step_ops", "cache", "kv_dtypes",
+                                                   "tree_walk", "sample"});
   r.report += device.coverage();
   return r;
 }

@@ -8,29 +8,10 @@
 #include <cstdint>
 
 #include "cuda/attention-plan.h"
+#include "cuda/dtype-cuda.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
-
-#if defined(LOOM_SIMT_EMULATION)
-namespace loom {
-// The emulated build's K/V element types: f32 as is, and 16-bit floats widened exactly.
-template <typename C>
-inline float widen(C v) {
-  return float(v);
-}
-template <>
-inline float widen<simt::f16>(simt::f16 v) {
-  return simt::to_float(v);
-}
-template <>
-inline float widen<simt::bf16>(simt::bf16 v) {
-  return simt::to_float(v);
-}
-}  // namespace loom
-#else
-#include "cuda/dtype-cuda.cuh"
-#endif
 
 namespace loom {
 

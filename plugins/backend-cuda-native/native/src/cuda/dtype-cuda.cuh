@@ -1,14 +1,64 @@
 // Weight loads for the cuda kernels: a stored element (f32, f16, bf16) widened to f32, and 16-byte
 // vector loads of 8 (16-bit) or 4 (f32) elements. Same rounding as kernels/dtype.h (exact widening).
+// With LOOM_SIMT_EMULATION (the test program's emulator, cuda/simt-compat.cuh) the same functions
+// are plain scalar C++ over kernels/dtype.h's conversions, with simt::f16 / simt::bf16 as the 16-bit
+// cache types: kernels call them the same way in both builds.
 #pragma once
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/dtype.h"
+
+#if defined(LOOM_SIMT_EMULATION)
+
+namespace loom {
+
+inline float load_w(const void* base, DType t, int64_t i) { return load_weight(base, t, i); }
+
+// 8 consecutive weight elements from `offset`, widened.
+template <DType DT>
+inline void load8(const void* w, int64_t offset, float out[8]) {
+  for (int i = 0; i < 8; i++) out[i] = load_weight(w, DT, offset + i);
+}
+
+template <typename C>
+inline float widen(C v);
+template <>
+inline float widen<float>(float v) {
+  return v;
+}
+template <>
+inline float widen<simt::f16>(simt::f16 v) {
+  return f16_to_f32(v.bits);
+}
+template <>
+inline float widen<simt::bf16>(simt::bf16 v) {
+  return bf16_to_f32(v.bits);
+}
+
+template <typename C>
+inline C to_cache(float v);
+template <>
+inline float to_cache<float>(float v) {
+  return v;
+}
+template <>
+inline simt::f16 to_cache<simt::f16>(float v) {
+  return {f32_to_f16(v)};
+}
+template <>
+inline simt::bf16 to_cache<simt::bf16>(float v) {
+  return {f32_to_bf16(v)};
+}
+
+}  // namespace loom
+
+#else
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 namespace loom {
 
@@ -77,3 +127,5 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 }  // namespace loom
+
+#endif  // LOOM_SIMT_EMULATION

@@ -1,150 +1,12 @@
-// Row-wise and element-wise ops of the cuda device: embedding, rmsnorm, SiLU·mul, the Medusa
-// residual, RoPE, and the KV cache writes. Each is memory-bound: one pass over its data, with
-// grid-stride loops so any size fits one launch.
+// Row-wise and element-wise ops of the cuda device (the kernels: elementwise-kernels.cuh).
 #include "cuda/cuda-device.h"
-#include "cuda/dtype-cuda.cuh"
+#include "cuda/elementwise-kernels.cuh"
 
 namespace loom {
-namespace {
-
-// Semantics: y[t*H + i] = table[ids[t], i]. grid (ceil(H/256), T); ids [T], table [V, H], y [T, H]
-__global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt, int64_t H, float* y) {
-  const int64_t t = blockIdx.y;
-  const int64_t row = int64_t(ids[t]) * H;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < H; i += int64_t(gridDim.x) * blockDim.x)
-    y[t * H + i] = load_w(table, dt, row + i);
-}
-
-// Semantics: r = 1/sqrt(Σ_i x[t,i]^2 / H + eps); y[t,i] = x[t,i] * r * w[i]. One block per row t:
-// each thread sums a strided share, warps reduce with shuffles, one warp combines the warps.
-// x [T, ldx], w [H], y [T, ldy]
-__global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const float* w, float eps, float* y,
-                               int64_t ldy) {
-  __shared__ float partial[32];
-  __shared__ float scale;
-  const float* xr = x + int64_t(blockIdx.x) * ldx;
-  float ss = 0;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
-    v = warp_sum(v);
-    // The reciprocal root in double: once per row, and it keeps the scale within one f32 rounding.
-    if (threadIdx.x == 0) scale = float(1.0 / sqrt(double(v) / double(H) + double(eps)));
-  }
-  __syncthreads();
-  const float r = scale;
-  float* yr = y + int64_t(blockIdx.x) * ldy;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = xr[i] * r * w[i];
-}
-
-// Semantics: y[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
-__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* y) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    y[i] = g / (1.0f + expf(-g)) * up[i];
-  }
-}
-
-// Semantics: y[i] += t[i] / (1 + exp(-t[i]))
-__global__ void silu_residual_kernel(const float* t, int64_t n, float* y) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = t[i];
-    y[i] += v / (1.0f + expf(-v));
-  }
-}
-
-// Semantics (HF rotate_half): for h, i < D/2: a = x[t,h,i], b = x[t,h,i+D/2];
-//   x[t,h,i] = a*cos[t,i] - b*sin[t,i]; x[t,h,i+D/2] = b*cos[t,i] + a*sin[t,i]
-// One block per token t; threads walk the heads*D/2 pairs. x [T, ldx], cos, sin [T, D/2]
-__global__ void rope_kernel(float* x, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
-  const int64_t t = blockIdx.x;
-  const int half = D / 2;
-  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
-    const int h = p / half, i = p % half;
-    float* v = x + t * ldx + int64_t(h) * D;
-    const float a = v[i], b = v[i + half], c = cos[t * half + i], s = sin[t * half + i];
-    v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
-  }
-}
-
-// Semantics: for i<half: a = f64(positions[t]) * inv_freq[i]; cos[t*half+i] = f32(cos(a));
-//   sin[t*half+i] = f32(sin(a)). In double: positions reach 1e5+ and f32 angles would lose the phase.
-// grid (ceil(half/128), T); positions [T], inv_freq [half] f64, cos, sin [T, half]
-__global__ void rope_tables_kernel(const int32_t* positions, const double* inv_freq, int64_t half, float* cos_out,
-                                   float* sin_out) {
-  const int64_t t = blockIdx.y;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
-    double s, c;
-    sincos(double(positions[t]) * inv_freq[i], &s, &c);
-    cos_out[t * half + i] = float(c);
-    sin_out[t * half + i] = float(s);
-  }
-}
-
-// Semantics: dst[i*H + c] = src[idx[i]*ld + c]. grid (ceil(H/256), n); src [*, ld], idx [n], dst [n, H]
-__global__ void gather_rows_kernel(const float* src, int64_t ld, const int32_t* idx, int64_t H, float* dst) {
-  const int64_t i = blockIdx.y, from = int64_t(idx[i]) * ld;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < H; c += int64_t(gridDim.x) * blockDim.x)
-    dst[i * H + c] = src[from + c];
-}
-
-// Semantics: for i < rows[r].n: c = cache_len + i; slot[tok_start + i] = block_table[c / bs] * bs + c % bs.
-// One block per row r; rows [nrows] staged to the device, slot [T]
-__global__ void kv_slots_kernel(const AttnRow* rows, int block_size, int32_t* slot) {
-  const AttnRow row = rows[blockIdx.x];
-  for (int i = threadIdx.x; i < row.n; i += blockDim.x) {
-    const int c = row.cache_len + i;
-    slot[row.tok_start + i] = row.block_table[c / block_size] * block_size + c % block_size;
-  }
-}
-
-// Semantics: slot[i] = block_table[idx[i] / bs] * bs + idx[i] % bs. idx, slot [n]
-__global__ void paged_slots_kernel(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
-                                   int32_t* slot) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    slot[i] = block_table[idx[i] / block_size] * block_size + idx[i] % block_size;
-}
-
-
-// Semantics: kc[slot[t]*E + e] = kv(k[t*ldk + e]); vc likewise from v. grid (ceil(E/256), T)
-// k, v [T, ldk] f32, slot [T], kc, vc [S, E] in C
-template <typename C>
-__global__ void kv_store_kernel(const float* k, const float* v, int64_t ldk, const int32_t* slot, int64_t E, C* kc,
-                                C* vc) {
-  const int64_t t = blockIdx.y, dst = int64_t(slot[t]) * E;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x) {
-    kc[dst + e] = to_cache<C>(k[t * ldk + e]);
-    vc[dst + e] = to_cache<C>(v[t * ldk + e]);
-  }
-}
-
-// Semantics: for i<n in order: kc[to[i], :] = kc[from[i], :]; vc likewise. One block, a barrier
-// between copies: a later copy may read what an earlier one wrote. Copies `row_bytes` per slot
-// as 16-bit words (every cache dtype's rows are a whole number of them).
-// from, to [n], kc, vc [S, row_bytes]
-__global__ void kv_copy_kernel(const int32_t* from, const int32_t* to, int64_t n, int64_t row_words, uint16_t* kc,
-                               uint16_t* vc) {
-  for (int64_t i = 0; i < n; i++) {
-    const int64_t src = int64_t(from[i]) * row_words, dst = int64_t(to[i]) * row_words;
-    for (int64_t e = threadIdx.x; e < row_words; e += blockDim.x) {
-      kc[dst + e] = kc[src + e];
-      vc[dst + e] = vc[src + e];
-    }
-    __syncthreads();
-  }
-}
-
-unsigned grid_cap(int64_t n) { return unsigned(std::min<int64_t>(blocks_for(n), 65535)); }
-
-}  // namespace
 
 void CudaDevice::embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) {
   if (T <= 0) return;
-  embedding_kernel<<<dim3(grid_cap(table.cols), unsigned(T)), kThreads, 0, stream_>>>(ids, table.data, table.dtype,
+  embedding_kernel<<<dim3(element_grid(table.cols), unsigned(T)), kElementThreads, 0, stream_>>>(ids, table.data, table.dtype,
                                                                                       table.cols, y);
   check(cudaGetLastError(), "embedding launch");
 }
@@ -152,39 +14,39 @@ void CudaDevice::embedding(const int32_t* ids, int64_t T, const WeightView& tabl
 void CudaDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                          int64_t ldy) {
   if (T <= 0) return;
-  rmsnorm_kernel<<<unsigned(T), H >= 1024 ? 512 : 128, 0, stream_>>>(x, ldx, H, w, eps, y, ldy);
+  rmsnorm_kernel<<<unsigned(T), rmsnorm_threads(H), 0, stream_>>>(x, ldx, H, w, eps, y, ldy);
   check(cudaGetLastError(), "rmsnorm launch");
 }
 
 void CudaDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
   if (n <= 0) return;
-  silu_mul_kernel<<<grid_cap(n), kThreads, 0, stream_>>>(gate, up, n, y);
+  silu_mul_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(gate, up, n, y);
   check(cudaGetLastError(), "silu_mul launch");
 }
 
 void CudaDevice::silu_residual(const float* t, int64_t n, float* y) {
   if (n <= 0) return;
-  silu_residual_kernel<<<grid_cap(n), kThreads, 0, stream_>>>(t, n, y);
+  silu_residual_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(t, n, y);
   check(cudaGetLastError(), "silu_residual launch");
 }
 
 void CudaDevice::rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
   if (T <= 0) return;
-  rope_kernel<<<unsigned(T), 128, 0, stream_>>>(x, ldx, heads, D, cos, sin);
+  rope_kernel<<<unsigned(T), kRowOpThreads, 0, stream_>>>(x, ldx, heads, D, cos, sin);
   check(cudaGetLastError(), "rope launch");
 }
 
 void CudaDevice::rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
                              float* sin) {
   if (T <= 0 || half <= 0) return;
-  rope_tables_kernel<<<dim3(blocks_for(half, 128), unsigned(T)), 128, 0, stream_>>>(positions, inv_freq, half, cos,
+  rope_tables_kernel<<<dim3(blocks_for(half, kRowOpThreads), unsigned(T)), kRowOpThreads, 0, stream_>>>(positions, inv_freq, half, cos,
                                                                                     sin);
   check(cudaGetLastError(), "rope_tables launch");
 }
 
 void CudaDevice::gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) {
   if (n <= 0) return;
-  gather_rows_kernel<<<dim3(grid_cap(H), unsigned(n)), kThreads, 0, stream_>>>(src, ld, idx, H, dst);
+  gather_rows_kernel<<<dim3(element_grid(H), unsigned(n)), kElementThreads, 0, stream_>>>(src, ld, idx, H, dst);
   check(cudaGetLastError(), "gather_rows launch");
 }
 
@@ -192,32 +54,32 @@ void CudaDevice::kv_slots(const AttnRow* rows, int nrows, int block_size, int32_
   if (nrows <= 0) return;
   const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(AttnRow)));
   if (!d_rows) return;
-  kv_slots_kernel<<<unsigned(nrows), 128, 0, stream_>>>(static_cast<const AttnRow*>(d_rows), block_size, slot);
+  kv_slots_kernel<<<unsigned(nrows), kRowOpThreads, 0, stream_>>>(static_cast<const AttnRow*>(d_rows), block_size, slot);
   check(cudaGetLastError(), "kv_slots launch");
 }
 
 void CudaDevice::paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
                              int32_t* slot) {
   if (n <= 0) return;
-  paged_slots_kernel<<<grid_cap(n), kThreads, 0, stream_>>>(block_table, idx, n, block_size, slot);
+  paged_slots_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(block_table, idx, n, block_size, slot);
   check(cudaGetLastError(), "paged_slots launch");
 }
 
 void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
                           DType kv_dtype, void* kc, void* vc) {
   if (T <= 0) return;
-  const dim3 grid(grid_cap(E), unsigned(T));
+  const dim3 grid(element_grid(E), unsigned(T));
   switch (kv_dtype) {
     case DType::F32:
-      kv_store_kernel<<<grid, kThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<float*>(kc),
+      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<float*>(kc),
                                                       static_cast<float*>(vc));
       break;
     case DType::F16:
-      kv_store_kernel<<<grid, kThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__half*>(kc),
+      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__half*>(kc),
                                                       static_cast<__half*>(vc));
       break;
     default:
-      kv_store_kernel<<<grid, kThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__nv_bfloat16*>(kc),
+      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__nv_bfloat16*>(kc),
                                                       static_cast<__nv_bfloat16*>(vc));
   }
   check(cudaGetLastError(), "kv_store launch");
@@ -226,7 +88,7 @@ void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk
 void CudaDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
                          void* vc) {
   if (n <= 0) return;
-  kv_copy_kernel<<<1, 512, 0, stream_>>>(from, to, n, E * dtype_size(kv_dtype) / 2, static_cast<uint16_t*>(kc),
+  kv_copy_kernel<<<1, kKvCopyThreads, 0, stream_>>>(from, to, n, E * dtype_size(kv_dtype) / 2, static_cast<uint16_t*>(kc),
                                          static_cast<uint16_t*>(vc));
   check(cudaGetLastError(), "kv_copy launch");
 }

@@ -1194,6 +1194,12 @@ SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::
       test_attention(device, ref, rng, ck);
     } else if (family == "elementwise") {
       test_elementwise(device, ref, rng, ck);
+    } else if (family == "step_ops") {
+      test_step_ops(device, ref, rng, ck);
+    } else if (family == "cache") {
+      test_cache(device, ref, rng, ck);
+    } else if (family == "kv_dtypes") {
+      test_kv_dtypes(device, ref, rng, ck);
     } else if (family == "tree_walk") {
       test_tree_walk(device, ref, rng, ck);
     } else if (family == "sample") {

@@ -24,8 +24,6 @@
 #include <cstring>
 #include <functional>
 
-#include "kernels/dtype.h"
-
 #define __global__
 #define __device__
 #define __host__
@@ -80,16 +78,13 @@ T shuffle(T v, int src) {
   return out;
 }
 
-// 16-bit float storage types, widened exactly as kernels/dtype.h does.
+// 16-bit float storage types (the kernels' dtype-cuda.cuh converts them as kernels/dtype.h does).
 struct f16 {
   uint16_t bits;
 };
 struct bf16 {
   uint16_t bits;
 };
-inline float to_float(f16 h) { return loom::f16_to_f32(h.bits); }
-inline float to_float(bf16 b) { return loom::bf16_to_f32(b.bits); }
-
 }  // namespace simt
 
 #define threadIdx (::simt::current().thread_idx)

@@ -1,0 +1,167 @@
+// Row-wise and element-wise ops of the cuda device: embedding, rmsnorm, SiLU·mul, the Medusa
+// residual, RoPE, and the KV cache writes. Each is memory-bound: one pass over its data, with
+// grid-stride loops so any size fits one launch.
+//
+// The kernels and their launch shapes; the launches are in elementwise.cu. A header so that the
+// test program's SIMT emulator runs the same kernels (cuda/simt-compat.cuh).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/dtype-cuda.cuh"
+#include "cuda/simt-compat.cuh"
+#include "cuda/warp-reduce.cuh"
+#include "kernels/kernels.h"
+
+namespace loom {
+
+// Threads per block of the grid-stride kernels, and their grid for n elements (at most 65535
+// blocks: the loops stride over the rest).
+constexpr int kElementThreads = 256;
+inline unsigned element_grid(int64_t n) {
+  return unsigned(std::min<int64_t>((n + kElementThreads - 1) / kElementThreads, 65535));
+}
+// rmsnorm: one block per row, wider for wide rows.
+inline unsigned rmsnorm_threads(int64_t H) { return H >= 1024 ? 512 : 128; }
+// kv_copy: one block (copies are ordered), this wide.
+constexpr int kKvCopyThreads = 512;
+// rope, rope_tables and kv_slots: blocks of this many threads (one block per token or row).
+constexpr int kRowOpThreads = 128;
+
+// Internal linkage: the test program links this header's emulated build beside the real one.
+namespace {
+
+// Semantics: y[t*H + i] = table[ids[t], i]. grid (ceil(H/256), T); ids [T], table [V, H], y [T, H]
+__global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt, int64_t H, float* y) {
+  const int64_t t = blockIdx.y;
+  const int64_t row = int64_t(ids[t]) * H;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < H; i += int64_t(gridDim.x) * blockDim.x)
+    y[t * H + i] = load_w(table, dt, row + i);
+}
+
+// Semantics: r = 1/sqrt(Σ_i x[t,i]^2 / H + eps); y[t,i] = x[t,i] * r * w[i]. One block per row t:
+// each thread sums a strided share, warps reduce with shuffles, one warp combines the warps.
+// x [T, ldx], w [H], y [T, ldy]
+__global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+                               int64_t ldy) {
+  LOOM_SHARED(float[32], partial);
+  LOOM_SHARED(float, scale);
+  const float* xr = x + int64_t(blockIdx.x) * ldx;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    // The reciprocal root in double: once per row, and it keeps the scale within one f32 rounding.
+    if (threadIdx.x == 0) scale = float(1.0 / sqrt(double(v) / double(H) + double(eps)));
+  }
+  __syncthreads();
+  const float r = scale;
+  float* yr = y + int64_t(blockIdx.x) * ldy;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = xr[i] * r * w[i];
+}
+
+// Semantics: y[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* y) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    y[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+// Semantics: y[i] += t[i] / (1 + exp(-t[i]))
+__global__ void silu_residual_kernel(const float* t, int64_t n, float* y) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = t[i];
+    y[i] += v / (1.0f + expf(-v));
+  }
+}
+
+// Semantics (HF rotate_half): for h, i < D/2: a = x[t,h,i], b = x[t,h,i+D/2];
+//   x[t,h,i] = a*cos[t,i] - b*sin[t,i]; x[t,h,i+D/2] = b*cos[t,i] + a*sin[t,i]
+// One block per token t; threads walk the heads*D/2 pairs. x [T, ldx], cos, sin [T, D/2]
+__global__ void rope_kernel(float* x, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
+  const int64_t t = blockIdx.x;
+  const int half = D / 2;
+  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
+    const int h = p / half, i = p % half;
+    float* v = x + t * ldx + int64_t(h) * D;
+    const float a = v[i], b = v[i + half], c = cos[t * half + i], s = sin[t * half + i];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+// Semantics: for i<half: a = f64(positions[t]) * inv_freq[i]; cos[t*half+i] = f32(cos(a));
+//   sin[t*half+i] = f32(sin(a)). In double: positions reach 1e5+ and f32 angles would lose the phase.
+// grid (ceil(half/128), T); positions [T], inv_freq [half] f64, cos, sin [T, half]
+__global__ void rope_tables_kernel(const int32_t* positions, const double* inv_freq, int64_t half, float* cos_out,
+                                   float* sin_out) {
+  const int64_t t = blockIdx.y;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
+    double s, c;
+    sincos(double(positions[t]) * inv_freq[i], &s, &c);
+    cos_out[t * half + i] = float(c);
+    sin_out[t * half + i] = float(s);
+  }
+}
+
+// Semantics: dst[i*H + c] = src[idx[i]*ld + c]. grid (ceil(H/256), n); src [*, ld], idx [n], dst [n, H]
+__global__ void gather_rows_kernel(const float* src, int64_t ld, const int32_t* idx, int64_t H, float* dst) {
+  const int64_t i = blockIdx.y, from = int64_t(idx[i]) * ld;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < H; c += int64_t(gridDim.x) * blockDim.x)
+    dst[i * H + c] = src[from + c];
+}
+
+// Semantics: for i < rows[r].n: c = cache_len + i; slot[tok_start + i] = block_table[c / bs] * bs + c % bs.
+// One block per row r; rows [nrows] staged to the device, slot [T]
+__global__ void kv_slots_kernel(const AttnRow* rows, int block_size, int32_t* slot) {
+  const AttnRow row = rows[blockIdx.x];
+  for (int i = threadIdx.x; i < row.n; i += blockDim.x) {
+    const int c = row.cache_len + i;
+    slot[row.tok_start + i] = row.block_table[c / block_size] * block_size + c % block_size;
+  }
+}
+
+// Semantics: slot[i] = block_table[idx[i] / bs] * bs + idx[i] % bs. idx, slot [n]
+__global__ void paged_slots_kernel(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
+                                   int32_t* slot) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    slot[i] = block_table[idx[i] / block_size] * block_size + idx[i] % block_size;
+}
+
+// Semantics: kc[slot[t]*E + e] = kv(k[t*ldk + e]); vc likewise from v. grid (ceil(E/256), T)
+// k, v [T, ldk] f32, slot [T], kc, vc [S, E] in C
+template <typename C>
+__global__ void kv_store_kernel(const float* k, const float* v, int64_t ldk, const int32_t* slot, int64_t E, C* kc,
+                                C* vc) {
+  const int64_t t = blockIdx.y, dst = int64_t(slot[t]) * E;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x) {
+    kc[dst + e] = to_cache<C>(k[t * ldk + e]);
+    vc[dst + e] = to_cache<C>(v[t * ldk + e]);
+  }
+}
+
+// Semantics: for i<n in order: kc[to[i], :] = kc[from[i], :]; vc likewise. One block, a barrier
+// between copies: a later copy may read what an earlier one wrote. Copies `row_bytes` per slot
+// as 16-bit words (every cache dtype's rows are a whole number of them).
+// from, to [n], kc, vc [S, row_bytes]
+__global__ void kv_copy_kernel(const int32_t* from, const int32_t* to, int64_t n, int64_t row_words, uint16_t* kc,
+                               uint16_t* vc) {
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t src = int64_t(from[i]) * row_words, dst = int64_t(to[i]) * row_words;
+    for (int64_t e = threadIdx.x; e < row_words; e += blockDim.x) {
+      kc[dst + e] = kc[src + e];
+      vc[dst + e] = vc[src + e];
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+}  // namespace loom
