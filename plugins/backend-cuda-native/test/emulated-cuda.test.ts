@@ -1,6 +1,7 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
 // attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk, the
-// sampler and the element-wise ops), run on this CPU by the emulator and checked against the scalar reference by the
+// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV and SIMT kernels),
+// run on this CPU by the emulator and checked against the scalar reference by the
 // self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
 // session spends minutes on them.
 import t from 'tap'
@@ -14,12 +15,15 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   t.equal(result.status, 0, 'every case passes')
   const row = /^emulated-cuda\s+1\s+(\d+)\s+(\d+)\s/m.exec(result.output)
   t.ok(row, 'a result row for seed 1')
-  t.ok(Number(row?.[1]) >= 100, `the grids ran (${row?.[1]} cases)`)
+  t.ok(Number(row?.[1]) >= 1000, `the grids ran (${row?.[1]} cases)`)
   const families = ['attention', 'argmax', 'top_k', 'log_sum_exp', 'tree_walk', 'sample', 'rmsnorm', 'rope']
-  for (const family of [...families, 'rope_tables', 'embedding', 'silu', 'gather_rows', 'kv_slots', 'kv_cache'])
+  const more = ['rope_tables', 'embedding', 'silu', 'gather_rows', 'kv_slots', 'kv_cache', 'lora_shrink', 'matmul']
+  for (const family of [...families, ...more, 'lora_expand', 'lora_apply'])
     t.match(result.output, new RegExp(`^${family}: .* worst `, 'm'), `${family} was checked`)
   t.equal(Number(row?.[2]), 0, 'no failures')
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)
   t.ok(Number(coverage?.[2]) > 0, `the split-KV path ran (${coverage?.[0]})`)
   t.ok(Number(coverage?.[2]) < Number(coverage?.[1]), 'and the single-item path too')
+  const matmul = /emulated matmul: (\d+) gemv jobs, (\d+) simt jobs/.exec(result.output)
+  t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) > 0, `both emulated matmul kernels ran (${matmul?.[0]})`)
 })

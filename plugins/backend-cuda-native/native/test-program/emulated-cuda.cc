@@ -11,7 +11,12 @@
 //  - tree_walk (vocab-kernels.cuh) and sample (cuda/sampler-kernels.cuh): their cases;
 //  - embedding, rmsnorm, silu_mul, silu_residual, rope, rope_tables, gather_rows, kv_slots,
 //    paged_slots, kv_store, kv_copy (cuda/elementwise-kernels.cuh): the elementwise, step-op,
-//    cache and KV-dtype cases.
+//    cache and KV-dtype cases;
+//  - lora_shrink, lora_expand, lora_apply (cuda/lora-kernels.cuh, the device's launch plans): the
+//    LoRA cases;
+//  - matmul's GEMV and SIMT kernels (cuda/matmul-kernels.cuh), chosen per job as the device
+//    chooses: the matmul cases. Jobs the device gives its tensor-core GEMM (T >= 16, 16-bit
+//    weights) have no emulated form (PTX mma/cp.async) and go to the reference, counted apart.
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -20,6 +25,8 @@
 
 #include "cuda/attention-kernels.cuh"
 #include "cuda/elementwise-kernels.cuh"
+#include "cuda/lora-kernels.cuh"
+#include "cuda/matmul-kernels.cuh"
 #include "cuda/sampler-kernels.cuh"
 #include "cuda/vocab-kernels.cuh"
 #include "selftest/kernel-self-test.h"
@@ -139,10 +146,13 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   const char* name() const override { return "emulated-cuda"; }
   DType kv_dtype() const override { return DType::F16; }
 
-  // What the plans covered: calls, calls with a split tile, split tiles.
+  // What the plans covered: attention calls, calls with a split tile, split tiles; matmul jobs by
+  // kernel (the tensor-core ones ran on the reference).
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
-           " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n";
+           " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n" +
+           "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs, " + std::to_string(simt_jobs_) +
+           " simt jobs; " + std::to_string(tensor_core_jobs_) + " tensor-core jobs not emulated (reference)\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -247,6 +257,60 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       });
   }
 
+  void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
+    if (T <= 0) return;
+    for (int i = 0; i < njobs; i++) {
+      const MatmulJob& j = jobs[i];
+      const int64_t N = j.w.rows, K = j.w.cols;
+      if (N <= 0) continue;
+      switch (matmul_path(j, T)) {
+        case MatmulPath::kTensorCore:
+          tensor_core_jobs_++;
+          inner_->matmul(x, T, ldx, &j, 1, accumulate);
+          break;
+        case MatmulPath::kGemv:
+          gemv_jobs_++;
+          dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
+            simt::launch(simt::dim3(gemv_grid_x(N), unsigned((T + tok - 1) / tok)), simt::dim3(kGemvWarps * 32), 0,
+                         [&] { kernel(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, accumulate); });
+          });
+          break;
+        case MatmulPath::kSimt:
+          simt_jobs_++;
+          simt::launch(simt::dim3(unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile)),
+                       simt::dim3(kSimtThreads), 0,
+                       [&] { gemm_simt_kernel(x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate); });
+          break;
+      }
+    }
+  }
+
+  void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
+                   int64_t ldt) override {
+    LoraLaunch p;
+    if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, &p)) return;
+    const LoraItem* items = p.items.data();
+    dispatch_lora_shrink(p, [&](auto kernel) {
+      simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kShrinkWarps * 32), 0,
+                   [&] { kernel(x, ldx, K, items, tmp, ldt); });
+    });
+  }
+  void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
+                   int64_t ldy) override {
+    if (nsegs <= 0) return;
+    LoraLaunch p;
+    lora_expand_items(segs, nsegs, y, ldy, N, &p);
+    expand(tmp, ldt, &p);
+  }
+  void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand_segs,
+                  const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override {
+    if (nsegs <= 0) return;
+    lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt);
+    LoraLaunch p;
+    lora_apply_items(expand_segs, module, nsegs, outs, &p);
+    expand(tmp, ldt, &p);
+  }
+
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
     if (T > 0) simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { argmax_kernel(x, ld, V, out); });
   }
@@ -274,10 +338,20 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   }
 
  private:
+  void expand(const float* tmp, int64_t ldt, LoraLaunch* p) {
+    if (!plan_lora_expand(p)) return;
+    const LoraItem* items = p->items.data();
+    dispatch_lora_expand(*p, [&](auto kernel) {
+      simt::launch(simt::dim3(p->grid_x, p->grid_y, p->grid_z), simt::dim3(kExpandThreads), 0,
+                   [&] { kernel(tmp, ldt, items); });
+    });
+  }
+
   std::vector<AttnWorkItem> items_;
   std::vector<AttnSplitGroup> groups_;
   std::vector<float> partials_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
+  int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0;
 };
 
 }  // namespace
@@ -285,8 +359,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 loom::SelfTestResult run_emulated_cuda_check(uint64_t seed) {
   EmulatedCudaDevice device;
   loom::SelfTestResult r =
-      loom::run_self_test_families(&device, seed, {"attention", "elementwise", "step_ops", "cache", "kv_dtypes",
-                                                   "tree_walk", "sample"});
+      loom::run_self_test_families(&device, seed, {"matmul", "attention", "elementwise", "step_ops", "cache",
+                                                   "kv_dtypes", "lora", "lora_apply", "tree_walk", "sample"});
   r.report += device.coverage();
   return r;
 }

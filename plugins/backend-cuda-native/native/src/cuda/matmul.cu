@@ -12,6 +12,7 @@
 //    while two MMAs keep the error at f32-accumulation level for twice the tensor work (a
 //    bandwidth-bound step has that to spare).
 //  - SIMT tiles (f32 weights with T >= 16, or shapes the vector paths cannot take).
+// The GEMV and SIMT kernels and the choice between the three: matmul-kernels.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -19,74 +20,10 @@
 
 #include "cuda/cuda-device.h"
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/matmul-kernels.cuh"
 
 namespace loom {
 namespace {
-
-// ---------------------------------------------------------------- gemv (small T)
-
-constexpr int kGemvWarps = 8;   // warps per block
-constexpr int kGemvRows = 4;    // weight rows per warp
-constexpr int kGemvKTile = 512; // x columns staged per pass
-
-
-// Semantics: for t in this block's TOK tokens, n in its 32 rows: y[t*ldy+n] = (acc ? y : 0) + bias[n]
-//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/32), ceil(T/TOK)), block 256.
-// x [T, ldx] f32, W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
-template <DType DT, int TOK>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
-                                                                int64_t N, int64_t K, const float* bias, float* y,
-                                                                int64_t ldy, bool accumulate) {
-  __shared__ __align__(16) float xs[TOK][kGemvKTile];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t t0 = int64_t(blockIdx.y) * TOK;
-  const int tn = T - t0 < TOK ? int(T - t0) : TOK;
-  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kGemvRows;
-  float acc[kGemvRows][TOK];
-#pragma unroll
-  for (int r = 0; r < kGemvRows; r++)
-#pragma unroll
-    for (int t = 0; t < TOK; t++) acc[r][t] = 0.0f;
-  for (int64_t k0 = 0; k0 < K; k0 += kGemvKTile) {
-    const int kn = K - k0 < kGemvKTile ? int(K - k0) : kGemvKTile;
-    __syncthreads();  // the previous tile is no longer read
-    for (int i = threadIdx.x; i < TOK * kGemvKTile; i += blockDim.x) {
-      const int t = i / kGemvKTile, k = i % kGemvKTile;
-      xs[t][k] = t < tn && k < kn ? x[(t0 + t) * ldx + k0 + k] : 0.0f;
-    }
-    __syncthreads();
-    for (int kk = lane * 8; kk < kn; kk += 32 * 8) {
-#pragma unroll
-      for (int r = 0; r < kGemvRows; r++) {
-        const int64_t n = n0 + r;
-        if (n >= N) break;
-        float wv[8];
-        load8<DT>(w, n * K + k0 + kk, wv);
-#pragma unroll
-        for (int t = 0; t < TOK; t++) {
-          const float4 xa = *reinterpret_cast<const float4*>(&xs[t][kk]);
-          const float4 xb = *reinterpret_cast<const float4*>(&xs[t][kk + 4]);
-          float s = acc[r][t];
-          s = fmaf(wv[0], xa.x, s), s = fmaf(wv[1], xa.y, s), s = fmaf(wv[2], xa.z, s), s = fmaf(wv[3], xa.w, s);
-          s = fmaf(wv[4], xb.x, s), s = fmaf(wv[5], xb.y, s), s = fmaf(wv[6], xb.z, s), s = fmaf(wv[7], xb.w, s);
-          acc[r][t] = s;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kGemvRows; r++) {
-    const int64_t n = n0 + r;
-#pragma unroll
-    for (int t = 0; t < TOK; t++) {
-      const float v = warp_sum(acc[r][t]);
-      if (lane == 0 && n < N && t < tn) {
-        float* out = y + (t0 + t) * ldy + n;
-        *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + v;
-      }
-    }
-  }
-}
 
 // ---------------------------------------------------------------- tensor-core GEMM (T >= 16)
 
@@ -247,68 +184,6 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
       }
 }
 
-// ---------------------------------------------------------------- SIMT fallback
-
-constexpr int kSimtTile = 64, kSimtK = 16;
-
-// Semantics: as gemm_tc_kernel, any dtype and shape, plain FMAs. Each of 256 threads owns a 4x4
-// patch of the 64x64 tile; x and W tiles are stored k-major so a thread's 4 values are adjacent.
-// grid (ceil(N/64), ceil(T/64)), block 256.
-__global__ void __launch_bounds__(256) gemm_simt_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
-                                                         DType dt, int64_t N, int64_t K, const float* bias, float* y,
-                                                         int64_t ldy, bool accumulate) {
-  __shared__ float xs[kSimtK][kSimtTile + 4];
-  __shared__ float wsm[kSimtK][kSimtTile + 4];
-  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-  const int64_t m0 = int64_t(blockIdx.y) * kSimtTile, n0 = int64_t(blockIdx.x) * kSimtTile;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += kSimtK) {
-    for (int i = tid; i < kSimtTile * kSimtK; i += 256) {
-      const int r = i / kSimtK, k = i % kSimtK;
-      const int64_t t = m0 + r, n = n0 + r, kk = k0 + k;
-      xs[k][r] = t < T && kk < K ? x[t * ldx + kk] : 0.0f;
-      wsm[k][r] = n < N && kk < K ? load_w(w, dt, n * K + kk) : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < kSimtK; k++) {
-      float a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) a[i] = xs[k][ty * 4 + i], b[i] = wsm[k][tx * 4 + i];
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const int64_t t = m0 + ty * 4 + i, n = n0 + tx * 4 + j;
-      if (t < T && n < N) {
-        float* out = y + t * ldy + n;
-        *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + acc[i][j];
-      }
-    }
-}
-
-template <DType DT>
-void launch_gemv(cudaStream_t st, const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool acc) {
-  const int64_t N = j.w.rows, K = j.w.cols;
-  const unsigned gx = unsigned((N + kGemvWarps * kGemvRows - 1) / (kGemvWarps * kGemvRows));
-  const int tok = T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8;
-  const dim3 grid(gx, unsigned((T + tok - 1) / tok));
-  const int threads = kGemvWarps * 32;
-  switch (tok) {
-    case 1: gemv_kernel<DT, 1><<<grid, threads, 0, st>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, acc); break;
-    case 2: gemv_kernel<DT, 2><<<grid, threads, 0, st>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, acc); break;
-    case 4: gemv_kernel<DT, 4><<<grid, threads, 0, st>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, acc); break;
-    default: gemv_kernel<DT, 8><<<grid, threads, 0, st>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, acc);
-  }
-}
-
 }  // namespace
 
 void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
@@ -317,28 +192,30 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
     const MatmulJob& j = jobs[i];
     const int64_t N = j.w.rows, K = j.w.cols;
     if (N <= 0) continue;
-    // The vector paths read whole 16-byte words of each weight row.
-    const bool vec = K % 8 == 0 && (reinterpret_cast<uintptr_t>(j.w.data) & 15) == 0;
-    const bool half = j.w.dtype != DType::F32;
-    if (vec && T >= 16 && half) {
-      const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((T + kBM - 1) / kBM));
-      const auto* w = static_cast<const uint16_t*>(j.w.data);
-      if (j.w.dtype == DType::BF16)
-        gemm_tc_kernel<DType::BF16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-                                                                        accumulate);
-      else
-        gemm_tc_kernel<DType::F16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-                                                                       accumulate);
-    } else if (vec && T < 16) {
-      switch (j.w.dtype) {
-        case DType::F32: launch_gemv<DType::F32>(stream_, x, T, ldx, j, accumulate); break;
-        case DType::F16: launch_gemv<DType::F16>(stream_, x, T, ldx, j, accumulate); break;
-        default: launch_gemv<DType::BF16>(stream_, x, T, ldx, j, accumulate);
+    switch (matmul_path(j, T)) {
+      case MatmulPath::kTensorCore: {
+        const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((T + kBM - 1) / kBM));
+        const auto* w = static_cast<const uint16_t*>(j.w.data);
+        if (j.w.dtype == DType::BF16)
+          gemm_tc_kernel<DType::BF16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
+                                                                          accumulate);
+        else
+          gemm_tc_kernel<DType::F16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
+                                                                         accumulate);
+        break;
       }
-    } else {
-      const dim3 grid(unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile));
-      gemm_simt_kernel<<<grid, 256, 0, stream_>>>(x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy,
-                                                  accumulate);
+      case MatmulPath::kGemv:
+        dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
+          const dim3 grid(gemv_grid_x(N), unsigned((T + tok - 1) / tok));
+          kernel<<<grid, kGemvWarps * 32, 0, stream_>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, accumulate);
+        });
+        break;
+      case MatmulPath::kSimt: {
+        const dim3 grid(unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile));
+        gemm_simt_kernel<<<grid, kSimtThreads, 0, stream_>>>(x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y,
+                                                             j.ldy, accumulate);
+        break;
+      }
     }
     if (!check(cudaGetLastError(), "matmul launch")) return;
   }

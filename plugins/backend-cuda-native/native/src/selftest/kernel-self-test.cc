@@ -1190,7 +1190,9 @@ SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::
   g_fault = Status::Ok();
   Device* ref = reference_device();
   for (const std::string& family : families) {
-    if (family == "attention") {
+    if (family == "matmul") {
+      test_matmul(device, ref, rng, ck);
+    } else if (family == "attention") {
       test_attention(device, ref, rng, ck);
     } else if (family == "elementwise") {
       test_elementwise(device, ref, rng, ck);
@@ -1200,6 +1202,10 @@ SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::
       test_cache(device, ref, rng, ck);
     } else if (family == "kv_dtypes") {
       test_kv_dtypes(device, ref, rng, ck);
+    } else if (family == "lora") {
+      test_lora(device, ref, rng, ck);
+    } else if (family == "lora_apply") {
+      test_lora_apply(device, ref, rng, ck);
     } else if (family == "tree_walk") {
       test_tree_walk(device, ref, rng, ck);
     } else if (family == "sample") {

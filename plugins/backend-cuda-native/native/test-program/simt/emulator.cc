@@ -38,6 +38,12 @@ simt_switch:
 )");
 
 namespace simt {
+namespace detail {
+const ThreadState* running = nullptr;
+uint64_t* running_exchange = nullptr;
+const ThreadState host_state{};
+}  // namespace detail
+
 namespace {
 
 constexpr size_t kStackBytes = size_t(128) << 10;
@@ -91,7 +97,6 @@ struct Launch {
 };
 
 Launch* g_launch = nullptr;
-ThreadState g_host_state;  // what current() returns outside a kernel
 
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr, "simt emulator: %s\n", what);
@@ -157,6 +162,8 @@ void run_block(Launch& L, const dim3& block_idx) {
       if (!runnable(L, f)) continue;
       f.wait = Wait::kNone;
       L.cur = &f;
+      detail::running = &f.state;
+      detail::running_exchange = &L.exchange[size_t(f.warp) * 32];
       simt_switch(&L.scheduler_sp, f.sp);
       progress = true;
     }
@@ -164,17 +171,15 @@ void run_block(Launch& L, const dim3& block_idx) {
     if (!progress) fail("deadlock: threads wait at barriers that cannot complete (a barrier under divergent control flow?)");
   }
   L.cur = nullptr;
+  detail::running = nullptr;
+  detail::running_exchange = nullptr;
 }
 
 }  // namespace
 
-const ThreadState& current() { return g_launch && g_launch->cur ? g_launch->cur->state : g_host_state; }
 const dim3& block_dim() { return g_launch->block; }
 const dim3& grid_dim() { return g_launch->grid; }
 void* dynamic_shared_bytes() { return g_launch->smem.data(); }
-uint64_t* exchange_slot(int lane) {
-  return &g_launch->exchange[size_t(g_launch->cur->warp) * 32 + size_t(lane)];
-}
 
 void* block_static(const void* key, size_t bytes, size_t align) {
   Launch& L = *g_launch;

@@ -12,7 +12,7 @@
 // Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
 // LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads and __syncthreads_or,
 // __shfl_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte values,
-// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, the
+// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, float4, the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
 #pragma once
@@ -43,7 +43,14 @@ struct ThreadState {
   dim3 thread_idx, block_idx;
   int linear = 0;
 };
-const ThreadState& current();
+namespace detail {
+// The running fiber's coordinates and its warp's exchange buffer (set at every switch into a
+// fiber; null outside kernels): read inline, they are on every shuffle's path.
+extern const ThreadState* running;
+extern uint64_t* running_exchange;
+extern const ThreadState host_state;
+}  // namespace detail
+inline const ThreadState& current() { return detail::running ? *detail::running : detail::host_state; }
 const dim3& block_dim();
 const dim3& grid_dim();
 void* dynamic_shared_bytes();
@@ -60,8 +67,8 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
 void sync_block();
 void sync_warp();
 int sync_block_or(int predicate);
-// This lane's 8-byte slot of its warp's exchange buffer, and lane `src`'s.
-uint64_t* exchange_slot(int lane);
+// Lane `lane`'s 8-byte slot of the running fiber's warp exchange buffer.
+inline uint64_t* exchange_slot(int lane) { return detail::running_exchange + lane; }
 
 template <typename T>
 T shuffle(T v, int src) {
@@ -86,6 +93,11 @@ struct bf16 {
   uint16_t bits;
 };
 }  // namespace simt
+
+// CUDA's vector type the kernels read shared memory with.
+struct float4 {
+  float x, y, z, w;
+};
 
 #define threadIdx (::simt::current().thread_idx)
 #define blockIdx (::simt::current().block_idx)

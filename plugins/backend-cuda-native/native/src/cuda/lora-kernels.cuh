@@ -1,0 +1,263 @@
+// Multi-LoRA kernels of the cuda device, Punica's SGMV/BGMV split: a shrink (x·A: K -> rank) and
+// an expand (·B: rank -> N), each ONE launch for the whole batch of mixed adapters. The segment
+// list (one run of tokens per adapter; a decode row is a one-token segment, the BGMV case) is
+// staged to the device and bound to blockIdx.x, so rows of different adapters, ranks (1..128) and
+// dtypes share a launch; blocks past a segment's rank or tokens exit at once.
+//
+//  - shrink: a block owns one segment, 8 rank rows (a warp each) and up to TOK tokens; the tokens'
+//    x is staged in shared memory by K tiles, each warp streams its row of A with 16-byte loads.
+//  - expand: a block owns one segment, 1024 output columns (8 per thread) and up to TOK tokens;
+//    the tokens' low-rank values sit in shared memory and each thread streams Bt rows.
+//
+// The kernels and their launch plans (lora.cu launches them). A header so that the test program's
+// SIMT emulator runs the same kernels with the same plans (cuda/simt-compat.cuh).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/dtype-cuda.cuh"
+#include "cuda/simt-compat.cuh"
+#include "cuda/warp-reduce.cuh"
+#include "kernels/kernels.h"
+
+namespace loom {
+
+// One segment as the kernels see it (host LoraSegment plus where its expand writes).
+struct LoraItem {
+  int32_t tok_start, tok_count, rank, col;
+  const void* w;
+  DType dtype;
+  float scale;
+  float* y;
+  int64_t ldy, N;
+};
+
+constexpr int kShrinkWarps = 8, kShrinkKTile = 512;
+constexpr int kExpandThreads = 128, kExpandCols = kExpandThreads * 8, kMaxRank = 128;
+
+// One launch of either kernel: the staged items, the grid, and the template choice (tokens per
+// block, 16-byte loads or not).
+struct LoraLaunch {
+  std::vector<LoraItem> items;
+  unsigned grid_x = 0, grid_y = 0, grid_z = 0;
+  int tok = 1;
+  bool vec = false;
+};
+
+inline bool lora_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+inline int lora_tokens_per_block(int max_tok) { return max_tok <= 1 ? 1 : max_tok <= 4 ? 4 : 8; }
+
+// The shrink of `segs` (false: nothing to run).
+inline bool plan_lora_shrink(int64_t K, const LoraSegment* segs, int nsegs, LoraLaunch* out) {
+  out->items.resize(size_t(nsegs));
+  int max_rank = 0, max_tok = 0;
+  bool vec = K % 8 == 0;
+  for (int i = 0; i < nsegs; i++) {
+    const LoraSegment& s = segs[i];
+    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, nullptr, 0, 0};
+    max_rank = std::max(max_rank, s.rank);
+    max_tok = std::max(max_tok, s.tok_count);
+    vec = vec && lora_aligned16(s.w);
+  }
+  if (max_rank <= 0 || max_tok <= 0) return false;
+  out->tok = lora_tokens_per_block(max_tok);
+  out->vec = vec;
+  out->grid_x = unsigned(nsegs);
+  out->grid_y = unsigned((max_rank + kShrinkWarps - 1) / kShrinkWarps);
+  out->grid_z = unsigned((max_tok + out->tok - 1) / out->tok);
+  return true;
+}
+
+// The items of lora_expand (every segment writes y) and of lora_apply's expand (each segment
+// writes its module's output).
+inline void lora_expand_items(const LoraSegment* segs, int nsegs, float* y, int64_t ldy, int64_t N, LoraLaunch* out) {
+  out->items.resize(size_t(nsegs));
+  for (int i = 0; i < nsegs; i++) {
+    const LoraSegment& s = segs[i];
+    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, y, ldy, N};
+  }
+}
+inline void lora_apply_items(const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs,
+                             LoraLaunch* out) {
+  out->items.resize(size_t(nsegs));
+  for (int i = 0; i < nsegs; i++) {
+    const LoraSegment& s = expand[i];
+    const LoraOutput& o = outs[module[i]];
+    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, o.y, o.ldy, o.N};
+  }
+}
+
+// The expand of `out->items` (lora_expand_items or lora_apply_items); false: nothing to run.
+inline bool plan_lora_expand(LoraLaunch* out) {
+  int max_tok = 0, max_rank = 0;
+  int64_t max_n = 0;
+  bool vec = true;
+  for (const LoraItem& it : out->items) {
+    max_tok = std::max(max_tok, it.tok_count);
+    max_rank = std::max(max_rank, it.rank);
+    max_n = std::max(max_n, it.N);
+    vec = vec && it.N % 8 == 0 && lora_aligned16(it.w);
+  }
+  if (out->items.empty() || max_tok <= 0 || max_rank <= 0 || max_n <= 0) return false;
+  out->tok = lora_tokens_per_block(max_tok);
+  out->vec = vec;
+  out->grid_x = unsigned(out->items.size());
+  out->grid_y = unsigned((max_n + kExpandCols - 1) / kExpandCols);
+  out->grid_z = unsigned((max_tok + out->tok - 1) / out->tok);
+  return true;
+}
+
+// Internal linkage: the test program links this header's emulated build beside the real one.
+namespace {
+
+// One warp: acc[t] += Σ_{k in tile} A[r, k0+k] * xs[t][k], 8 elements per lane per step.
+template <DType DT, int TOK>
+__device__ __forceinline__ void shrink_tile_vec(const void* a, int64_t row_off, int kn, const float (*xs)[kShrinkKTile],
+                                                int lane, float acc[TOK]) {
+  for (int kk = lane * 8; kk < kn; kk += 256) {
+    float wv[8];
+    load8<DT>(a, row_off + kk, wv);
+#pragma unroll
+    for (int t = 0; t < TOK; t++) {
+      float s = acc[t];
+#pragma unroll
+      for (int e = 0; e < 8; e++) s = fmaf(wv[e], xs[t][kk + e], s);
+      acc[t] = s;
+    }
+  }
+}
+
+// Semantics (SGMV/BGMV shrink): for seg = blockIdx.x, t in its tokens [z*TOK, z*TOK+TOK),
+//   r in [y*8, y*8+8) ∩ [0, rank): tmp[t*ldt + col + r] = Σ_k x[t*ldx+k] * A[r,k].
+// VEC: every A is 16-byte aligned and K % 8 == 0 (checked by the host). grid (nsegs,
+// ceil(max rank/8), ceil(max tokens/TOK)), block 256. x [T, ldx], A [rank, K], tmp [T, ldt]
+template <int TOK, bool VEC>
+__global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const float* x, int64_t ldx, int64_t K,
+                                                                         const LoraItem* items, float* tmp,
+                                                                         int64_t ldt) {
+  LOOM_SHARED(float[TOK][kShrinkKTile], xs);  // 16-byte aligned: float4 reads
+  const LoraItem it = items[blockIdx.x];
+  const int r0 = blockIdx.y * kShrinkWarps, c0 = blockIdx.z * TOK;
+  if (r0 >= it.rank || c0 >= it.tok_count) return;  // uniform per block: no barrier is skipped by half of it
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = r0 + warp, tn = min(TOK, it.tok_count - c0);
+  const int64_t t0 = int64_t(it.tok_start) + c0;
+  float acc[TOK];
+#pragma unroll
+  for (int t = 0; t < TOK; t++) acc[t] = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kShrinkKTile) {
+    const int kn = K - k0 < kShrinkKTile ? int(K - k0) : kShrinkKTile;
+    __syncthreads();
+    for (int i = threadIdx.x; i < TOK * kShrinkKTile; i += blockDim.x) {
+      const int t = i / kShrinkKTile, k = i % kShrinkKTile;
+      xs[t][k] = t < tn && k < kn ? x[(t0 + t) * ldx + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+    if (r >= it.rank) continue;
+    const int64_t off = int64_t(r) * K + k0;
+    if (VEC) {
+      switch (it.dtype) {
+        case DType::F32: shrink_tile_vec<DType::F32, TOK>(it.w, off, kn, xs, lane, acc); break;
+        case DType::F16: shrink_tile_vec<DType::F16, TOK>(it.w, off, kn, xs, lane, acc); break;
+        default: shrink_tile_vec<DType::BF16, TOK>(it.w, off, kn, xs, lane, acc);
+      }
+    } else {
+      for (int k = lane; k < kn; k += 32) {
+        const float wv = load_w(it.w, it.dtype, off + k);
+#pragma unroll
+        for (int t = 0; t < TOK; t++) acc[t] = fmaf(wv, xs[t][k], acc[t]);
+      }
+    }
+  }
+  if (r >= it.rank) return;
+#pragma unroll
+  for (int t = 0; t < TOK; t++) {
+    const float v = warp_sum(acc[t]);
+    if (lane == 0 && t < tn) tmp[(t0 + t) * ldt + it.col + r] = v;
+  }
+}
+
+
+// Semantics (SGMV/BGMV expand): for seg = blockIdx.x, t in its tokens [z*TOK, z*TOK+TOK),
+//   n in [y*1024, y*1024+1024) ∩ [0, N_seg): y_seg[t*ldy+n] += scale * Σ_r tmp[t*ldt+col+r] * Bt[r,n].
+// VEC: thread owns 8 adjacent columns (16-byte Bt loads; N % 8 == 0, aligned); else 8 columns
+// 128 apart (coalesced scalar loads). grid (nsegs, ceil(max N/1024), ceil(max tokens/TOK)), block 128.
+// tmp [T, ldt], Bt [rank, N], y [T, ldy]; segments of one launch write disjoint (token, y) pairs.
+template <int TOK, bool VEC>
+__global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float* tmp, int64_t ldt,
+                                                                      const LoraItem* items) {
+  LOOM_SHARED(float[TOK][kMaxRank], vs);
+  const LoraItem it = items[blockIdx.x];
+  const int64_t nb = int64_t(blockIdx.y) * kExpandCols;
+  const int c0 = blockIdx.z * TOK;
+  if (nb >= it.N || c0 >= it.tok_count) return;
+  const int tn = min(TOK, it.tok_count - c0);
+  const int64_t t0 = int64_t(it.tok_start) + c0;
+  for (int i = threadIdx.x; i < TOK * kMaxRank; i += blockDim.x) {
+    const int t = i / kMaxRank, r = i % kMaxRank;
+    vs[t][r] = t < tn && r < it.rank ? tmp[(t0 + t) * ldt + it.col + r] : 0.0f;
+  }
+  __syncthreads();
+  float acc[TOK][8];
+#pragma unroll
+  for (int t = 0; t < TOK; t++)
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[t][e] = 0.0f;
+  const int64_t nv = nb + int64_t(threadIdx.x) * 8;  // VEC: first of 8 adjacent columns
+  for (int r = 0; r < it.rank; r++) {
+    float b[8];
+    const int64_t row = int64_t(r) * it.N;
+    if (VEC) {
+      if (nv >= it.N) break;
+      switch (it.dtype) {
+        case DType::F32: load8<DType::F32>(it.w, row + nv, b); break;
+        case DType::F16: load8<DType::F16>(it.w, row + nv, b); break;
+        default: load8<DType::BF16>(it.w, row + nv, b);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        const int64_t n = nb + threadIdx.x + int64_t(e) * kExpandThreads;
+        b[e] = n < it.N ? load_w(it.w, it.dtype, row + n) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TOK; t++)
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[t][e] = fmaf(vs[t][r], b[e], acc[t][e]);
+  }
+  for (int t = 0; t < tn; t++) {
+    float* out = it.y + (t0 + t) * it.ldy;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const int64_t n = VEC ? nv + e : nb + threadIdx.x + int64_t(e) * kExpandThreads;
+      if (n < it.N) out[n] += it.scale * acc[t][e];
+    }
+  }
+}
+
+// `run(kernel)` launches the instance of the shrink kernel the plan chose (a function pointer).
+template <typename Run>
+void dispatch_lora_shrink(const LoraLaunch& p, Run&& run) {
+  if (p.tok == 1)
+    p.vec ? run(lora_shrink_kernel<1, true>) : run(lora_shrink_kernel<1, false>);
+  else if (p.tok == 4)
+    p.vec ? run(lora_shrink_kernel<4, true>) : run(lora_shrink_kernel<4, false>);
+  else
+    p.vec ? run(lora_shrink_kernel<8, true>) : run(lora_shrink_kernel<8, false>);
+}
+
+template <typename Run>
+void dispatch_lora_expand(const LoraLaunch& p, Run&& run) {
+  if (p.tok == 1)
+    p.vec ? run(lora_expand_kernel<1, true>) : run(lora_expand_kernel<1, false>);
+  else if (p.tok == 4)
+    p.vec ? run(lora_expand_kernel<4, true>) : run(lora_expand_kernel<4, false>);
+  else
+    p.vec ? run(lora_expand_kernel<8, true>) : run(lora_expand_kernel<8, false>);
+}
+
+}  // namespace
+}  // namespace loom
