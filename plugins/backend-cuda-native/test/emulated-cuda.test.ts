@@ -27,3 +27,17 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const matmul = /emulated matmul: (\d+) gemv jobs, (\d+) simt jobs/.exec(result.output)
   t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) > 0, `both emulated matmul kernels ran (${matmul?.[0]})`)
 })
+
+t.test('whole models through the emulated cuda device match the cpu device (part b, Llama)', async (t) => {
+  // The model's device-memory paths (weights uploaded, results downloaded, every tree node sampled
+  // in one launch, f16 KV cache) with the emulated kernels, against the cpu device: greedy tokens
+  // and walk ends identical, seeded sampled tokens identical, rows alone equal to themselves.
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const args = ['--models', 'small', '--device', 'emulated-cuda', '--model', 'llama', '--steps', '1']
+  const result = await run(built.program, args)
+  t.comment(result.output.trimEnd())
+  t.equal(result.status, 0, 'every model passes')
+  const rows = [...result.output.matchAll(/^llama\s+(f32|bf16)\s+emulated-cuda vs cpu .* ok$/gm)]
+  t.equal(rows.length, 2, 'llama in f32 and bf16, both ok')
+})

@@ -20,6 +20,7 @@
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -137,7 +138,8 @@ void emulated_flash(const simt::dim3& grid, size_t smem, const float* q, int64_t
   });
 }
 
-// The reference's memory (host) and ops, with the covered ops run as the cuda device runs them:
+// The reference's memory (host, but used as device memory) and ops, with the covered ops run as
+// the cuda device runs them:
 // the same plans and kernels, the same launch shapes, on the emulator. Reports f16 caches, as the
 // cuda device does, so the self-test checks both cache dtypes.
 class EmulatedCudaDevice final : public ForwardingDevice {
@@ -145,6 +147,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   EmulatedCudaDevice() : ForwardingDevice(reference_device()) {}
   const char* name() const override { return "emulated-cuda"; }
   DType kv_dtype() const override { return DType::F16; }
+  // As the cuda device: the model keeps weights, caches and results in device memory and moves
+  // them with upload/download (memcpy here), so its device-memory paths run too.
+  bool reads_host_memory() const override { return false; }
 
   // What the plans covered: attention calls, calls with a split tile, split tiles; matmul jobs by
   // kernel (the tensor-core ones ran on the reference).
@@ -355,6 +360,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 };
 
 }  // namespace
+
+std::unique_ptr<loom::Device> make_emulated_cuda_device() { return std::make_unique<EmulatedCudaDevice>(); }
 
 loom::SelfTestResult run_emulated_cuda_check(uint64_t seed) {
   EmulatedCudaDevice device;

@@ -4,6 +4,8 @@
 // device and seed, then each run's per-family worst errors; exits 1 on any failure.
 // `--device emulated-cuda` runs the cuda kernels the SIMT emulator covers (emulated-cuda.h) on
 // this machine's CPU against the reference, by the self-test's cases for them; no GPU needed.
+// With --models it is part b's device under test (against cpu): whole models through the cuda
+// device's kernels and the model's device-memory paths.
 // With --models, part b instead (model-check.h): whole random models on the device under test
 // (the first --device, default cpu) against a baseline (--baseline, default: cpu for cuda, the
 // scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
@@ -122,6 +124,10 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 // factory, held in `owned`. Null with the reason printed when it cannot be made here.
 loom::Device* model_check_device(const Args& args, const std::string& name, std::unique_ptr<loom::Device>* owned) {
   if (name == "reference") return loom::reference_device();
+  if (name == "emulated-cuda") {
+    *owned = loom_emulated::make_emulated_cuda_device();
+    return owned->get();
+  }
   if (name == "cuda") {
     const loom::Status usable = loom::cuda_usable();
     if (!usable.ok()) {
