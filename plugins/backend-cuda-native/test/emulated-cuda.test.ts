@@ -1,7 +1,7 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
 // attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk, the
-// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV and SIMT kernels),
-// run on this CPU by the emulator and checked against the scalar reference by the
+// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV, SIMT and tensor-core
+// kernels), run on this CPU by the emulator and checked against the scalar reference by the
 // self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
 // session spends minutes on them.
 import t from 'tap'
@@ -24,8 +24,9 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)
   t.ok(Number(coverage?.[2]) > 0, `the split-KV path ran (${coverage?.[0]})`)
   t.ok(Number(coverage?.[2]) < Number(coverage?.[1]), 'and the single-item path too')
-  const matmul = /emulated matmul: (\d+) gemv jobs, (\d+) simt jobs/.exec(result.output)
-  t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) > 0, `both emulated matmul kernels ran (${matmul?.[0]})`)
+  const matmul = /emulated matmul: (\d+) gemv jobs, (\d+) simt jobs, (\d+) tensor-core jobs/.exec(result.output)
+  const ran = [1, 2, 3].every((i) => Number(matmul?.[i]) > 0)
+  t.ok(ran, `all three emulated matmul kernels ran (${matmul?.[0]})`)
 })
 
 t.test('whole models through the emulated cuda device match the cpu device (part b, Llama)', async (t) => {

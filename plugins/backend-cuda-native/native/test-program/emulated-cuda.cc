@@ -14,9 +14,9 @@
 //    cache and KV-dtype cases;
 //  - lora_shrink, lora_expand, lora_apply (cuda/lora-kernels.cuh, the device's launch plans): the
 //    LoRA cases;
-//  - matmul's GEMV and SIMT kernels (cuda/matmul-kernels.cuh), chosen per job as the device
-//    chooses: the matmul cases. Jobs the device gives its tensor-core GEMM (T >= 16, 16-bit
-//    weights) have no emulated form (PTX mma/cp.async) and go to the reference, counted apart.
+//  - matmul's three kernels (cuda/matmul-kernels.cuh), chosen per job as the device chooses: the
+//    matmul cases. The tensor-core GEMM runs with the emulated mma.sync (fragments by the PTX
+//    ISA's layout) and cp.async (a plain copy).
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -152,12 +152,12 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   bool reads_host_memory() const override { return false; }
 
   // What the plans covered: attention calls, calls with a split tile, split tiles; matmul jobs by
-  // kernel (the tensor-core ones ran on the reference).
+  // kernel.
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
            " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n" +
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs, " + std::to_string(simt_jobs_) +
-           " simt jobs; " + std::to_string(tensor_core_jobs_) + " tensor-core jobs not emulated (reference)\n";
+           " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -269,10 +269,17 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       const int64_t N = j.w.rows, K = j.w.cols;
       if (N <= 0) continue;
       switch (matmul_path(j, T)) {
-        case MatmulPath::kTensorCore:
+        case MatmulPath::kTensorCore: {
           tensor_core_jobs_++;
-          inner_->matmul(x, T, ldx, &j, 1, accumulate);
+          const simt::dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((T + kBM - 1) / kBM));
+          const auto* w = static_cast<const uint16_t*>(j.w.data);
+          auto run = [&](auto kernel) {
+            simt::launch(grid, simt::dim3(kGemmThreads), 0,
+                         [&] { kernel(x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate); });
+          };
+          j.w.dtype == DType::BF16 ? run(gemm_tc_kernel<DType::BF16>) : run(gemm_tc_kernel<DType::F16>);
           break;
+        }
         case MatmulPath::kGemv:
           gemv_jobs_++;
           dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {

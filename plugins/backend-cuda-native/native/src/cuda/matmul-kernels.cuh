@@ -1,10 +1,11 @@
-// The SIMT kernels of the cuda device's dense projections (matmul.cu launches them, beside its
-// tensor-core GEMM, which stays there: its PTX has no emulated form) and the choice of kernel per
-// job. A header so that the test program's SIMT emulator runs the same kernels with the same
-// choices (cuda/simt-compat.cuh).
+// The kernels of the cuda device's dense projections (matmul.cu has the design and the launches):
+// the GEMV, the tensor-core GEMM and the SIMT tiles, and the choice of kernel per job. A header so
+// that the test program's SIMT emulator runs the same kernels with the same choices
+// (cuda/simt-compat.cuh); the tensor-core helpers (mma.sync, cp.async) have an emulated form.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "cuda/dtype-cuda.cuh"
 #include "cuda/simt-compat.cuh"
@@ -16,6 +17,8 @@ namespace loom {
 constexpr int kGemvWarps = 8;   // warps per block
 constexpr int kGemvRows = 4;    // weight rows per warp
 constexpr int kGemvKTile = 512; // x columns staged per pass
+constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8;  // tile; +8 halves per smem row: conflict-free fragments
+constexpr int kGemmThreads = 128;                      // 4 warps, 2 (tokens) x 2 (outputs), 32x32 each
 constexpr int kSimtTile = 64, kSimtK = 16;
 constexpr int kSimtThreads = 256;
 
@@ -96,6 +99,226 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- tensor-core GEMM (T >= 16)
+
+#if defined(LOOM_SIMT_EMULATION)
+// The emulated build's forms of the tensor-core helpers (the test program's SIMT emulator): x
+// split with kernels/dtype.h's roundings, cp.async as a plain copy (its wait is then trivially
+// satisfied), and mma.sync as the warp-collective product it is: every lane's fragments are
+// gathered, A [16, 16] and B [16, 8] rebuilt by the PTX ISA's fragment layout for
+// .m16n8k16 .f16/.bf16 (groupID = lane >> 2, threadID_in_group = lane % 4; A: row groupID for
+// a0, a1, a4, a5, else groupID + 8, col threadID_in_group * 2 + (i & 1), + 8 for a4..a7; B: row
+// threadID_in_group * 2 + (i & 1), + 8 for b2, b3, col groupID; C/D: row groupID for c0, c1, else
+// groupID + 8, col threadID_in_group * 2 + (i & 1)), and this lane's four outputs computed.
+template <DType DT>
+inline void split_x(float v, uint16_t* hi, uint16_t* lo) {
+  if constexpr (DT == DType::BF16) {
+    *hi = f32_to_bf16(v);
+    *lo = f32_to_bf16(v - bf16_to_f32(*hi));
+  } else {
+    *hi = f32_to_f16(v);
+    *lo = f32_to_f16(v - f16_to_f32(*hi));
+  }
+}
+
+template <DType DT>
+inline float mma_element(uint32_t reg, int high) {
+  const uint16_t h = uint16_t(high ? reg >> 16 : reg & 0xffffu);
+  return DT == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+template <DType DT>
+inline void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  struct Fragments {
+    uint32_t a[4], b[2];
+  };
+  const Fragments mine{{a[0], a[1], a[2], a[3]}, {b0, b1}};
+  Fragments all[32];
+  simt::warp_exchange(&mine, sizeof(Fragments), all);
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; l++) {
+    const int g = l >> 2, tig = l & 3;
+    for (int i = 0; i < 8; i++) {
+      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
+      const int col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+      A[row][col] = mma_element<DT>(all[l].a[i >> 1], i & 1);
+    }
+    for (int i = 0; i < 4; i++) B[tig * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = mma_element<DT>(all[l].b[i >> 1], i & 1);
+  }
+  const int lane = simt::current().linear % 32, g = lane >> 2, tig = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    const int row = i < 2 ? g : g + 8, col = tig * 2 + (i & 1);
+    float s = c[i];
+    for (int k = 0; k < 16; k++) s = fmaf(A[row][k], B[k][col], s);
+    c[i] = s;
+  }
+}
+
+inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  if (src_bytes == 16)
+    std::memcpy(smem, gmem, 16);
+  else
+    std::memset(smem, 0, 16);
+}
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+#else
+template <DType DT>
+__device__ __forceinline__ void split_x(float v, uint16_t* hi, uint16_t* lo) {
+  if constexpr (DT == DType::BF16) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
+    *hi = __bfloat16_as_ushort(h);
+    *lo = __bfloat16_as_ushort(l);
+  } else {
+    const __half h = __float2half_rn(v);
+    const __half l = __float2half_rn(v - __half2float(h));
+    *hi = __half_as_ushort(h);
+    *lo = __half_as_ushort(l);
+  }
+}
+
+template <DType DT>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (DT == DType::BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows or k past the end).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+#endif
+
+// Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
+//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/64), ceil(T/64)), block 128.
+// x [T, ldx] f32 (any ldx), W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
+template <DType DT>
+__global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, int64_t T, int64_t ldx,
+                                                                const uint16_t* w, int64_t N, int64_t K,
+                                                                const float* bias, float* y, int64_t ldy,
+                                                                bool accumulate) {
+  LOOM_SHARED(uint16_t[2][kBM][kBK + kPad], xh);  // 16-byte aligned: cp.async targets
+  LOOM_SHARED(uint16_t[2][kBM][kBK + kPad], xl);
+  LOOM_SHARED(uint16_t[2][kBN][kBK + kPad], ws);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
+  const int wm = warp >> 1, wn = warp & 1;  // this warp's 32x32 quarter of the tile
+  const int64_t m0 = int64_t(blockIdx.y) * kBM, n0 = int64_t(blockIdx.x) * kBN;
+  const int nk = int((K + kBK - 1) / kBK);
+
+  // Weights: 64 rows x 4 chunks of 8 halves = 256 chunks, 2 per thread.
+  auto load_w = [&](int stage, int64_t k0) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int c = tid + j * kGemmThreads, row = c >> 2, kc = (c & 3) * 8;
+      const int64_t n = n0 + row, k = k0 + kc;
+      const bool ok = n < N && k < K;
+      cp_async16(&ws[stage][row][kc], ok ? static_cast<const void*>(w + n * K + k) : static_cast<const void*>(w),
+                 ok ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  // x: 64 rows x 32 columns = 2048 floats, 16 per thread; warp-wide rows (coalesced 128 bytes).
+  float xr[16];
+  auto load_x = [&](int64_t k0) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      const int row = warp + 4 * j;
+      const int64_t t = m0 + row, k = k0 + lane;
+      xr[j] = t < T && k < K ? x[t * ldx + k] : 0.0f;
+    }
+  };
+  auto store_x = [&](int stage) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) split_x<DT>(xr[j], &xh[stage][warp + 4 * j][lane], &xl[stage][warp + 4 * j][lane]);
+  };
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+  load_w(0, 0);
+  load_x(0);
+  store_x(0);
+  for (int kt = 0; kt < nk; kt++) {
+    const int s = kt & 1;
+    const bool more = kt + 1 < nk;
+    if (more) {
+      load_w(s ^ 1, int64_t(kt + 1) * kBK);
+      load_x(int64_t(kt + 1) * kBK);
+      cp_async_wait<1>();  // this stage's weights have landed (the next stage's may be in flight)
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t ah[2][4], al[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; mi++) {
+        const int r = wm * 32 + mi * 16 + g, c = kk + tig * 2;
+        ah[mi][0] = *reinterpret_cast<const uint32_t*>(&xh[s][r][c]);
+        ah[mi][1] = *reinterpret_cast<const uint32_t*>(&xh[s][r + 8][c]);
+        ah[mi][2] = *reinterpret_cast<const uint32_t*>(&xh[s][r][c + 8]);
+        ah[mi][3] = *reinterpret_cast<const uint32_t*>(&xh[s][r + 8][c + 8]);
+        al[mi][0] = *reinterpret_cast<const uint32_t*>(&xl[s][r][c]);
+        al[mi][1] = *reinterpret_cast<const uint32_t*>(&xl[s][r + 8][c]);
+        al[mi][2] = *reinterpret_cast<const uint32_t*>(&xl[s][r][c + 8]);
+        al[mi][3] = *reinterpret_cast<const uint32_t*>(&xl[s][r + 8][c + 8]);
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        const int n = wn * 32 + ni * 8 + g, c = kk + tig * 2;
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&ws[s][n][c]);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&ws[s][n][c + 8]);
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+          mma16816<DT>(acc[mi][ni], ah[mi], b0, b1);
+          mma16816<DT>(acc[mi][ni], al[mi], b0, b1);
+        }
+      }
+    }
+    // Stage s^1 was last read in the previous iteration, before this iteration's barrier.
+    if (more) store_x(s ^ 1);
+    __syncthreads();  // nobody reads stage s any more: the next iteration may refill it
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int64_t t = m0 + wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
+        const int64_t n = n0 + wn * 32 + ni * 8 + tig * 2 + (e & 1);
+        if (t < T && n < N) {
+          float* out = y + t * ldy + n;
+          *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + acc[mi][ni][e];
+        }
+      }
 }
 
 // ---------------------------------------------------------------- SIMT fallback

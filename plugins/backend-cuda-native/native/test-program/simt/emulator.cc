@@ -47,6 +47,7 @@ const ThreadState host_state{};
 namespace {
 
 constexpr size_t kStackBytes = size_t(128) << 10;
+constexpr size_t kGatherBytes = 64;
 
 enum class Wait { kNone, kBlock, kWarp };
 
@@ -88,6 +89,7 @@ struct Launch {
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
   std::vector<uint64_t> exchange;  // [warps, 32]
+  std::vector<uint8_t> gather;     // [warps, 32, kGatherBytes]: warp_exchange
   // Statically sized __shared__ variables of the current block, by declaration.
   std::vector<std::pair<const void*, std::unique_ptr<uint8_t[]>>> statics;
   int or_accumulator = 0, or_result = 0;
@@ -227,6 +229,18 @@ void sync_warp() {
   yield_to_scheduler();
 }
 
+void warp_exchange(const void* mine, size_t bytes, void* all) {
+  if (bytes > kGatherBytes) fail("warp_exchange of more than 64 bytes per lane");
+  Launch& L = *g_launch;
+  const Fiber& f = *L.cur;
+  uint8_t* row = &L.gather[size_t(f.warp) * 32 * kGatherBytes];
+  std::memcpy(row + size_t(f.state.linear % 32) * kGatherBytes, mine, bytes);
+  sync_warp();
+  for (int lane = 0; lane < 32; lane++)
+    std::memcpy(static_cast<uint8_t*>(all) + size_t(lane) * bytes, row + size_t(lane) * kGatherBytes, bytes);
+  sync_warp();  // nobody overwrites its contribution before every lane has read
+}
+
 void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& kernel) {
   if (g_launch) fail("a kernel launched from inside a kernel");
   Launch L;
@@ -235,6 +249,7 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
   L.kernel = &kernel;
   L.smem.assign(smem, 0);
   L.exchange.assign(size_t((block.x * block.y * block.z + 31) / 32) * 32, 0);
+  L.gather.assign(L.exchange.size() * kGatherBytes, 0);
   g_launch = &L;
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)

@@ -12,7 +12,8 @@
 // Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
 // LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads and __syncthreads_or,
 // __shfl_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte values,
-// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, float4, the
+// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, float4,
+// warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
 #pragma once
@@ -69,6 +70,10 @@ void sync_warp();
 int sync_block_or(int predicate);
 // Lane `lane`'s 8-byte slot of the running fiber's warp exchange buffer.
 inline uint64_t* exchange_slot(int lane) { return detail::running_exchange + lane; }
+
+// Every lane of the caller's warp contributes `bytes` (at most 64) from `mine`; each gets all 32
+// contributions in `all` (lane order). For warp-collective instructions (mma.sync).
+void warp_exchange(const void* mine, size_t bytes, void* all);
 
 template <typename T>
 T shuffle(T v, int src) {
