@@ -264,35 +264,15 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     if (T <= 0) return;
+    auto launch = [&](auto kernel, unsigned gx, unsigned gy, int threads, auto... args) {
+      simt::launch(simt::dim3(gx, gy), simt::dim3(unsigned(threads)), 0, [&] { kernel(args...); });
+    };
     for (int i = 0; i < njobs; i++) {
-      const MatmulJob& j = jobs[i];
-      const int64_t N = j.w.rows, K = j.w.cols;
-      if (N <= 0) continue;
-      switch (matmul_path(j, T)) {
-        case MatmulPath::kTensorCore: {
-          tensor_core_jobs_++;
-          const simt::dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((T + kBM - 1) / kBM));
-          const auto* w = static_cast<const uint16_t*>(j.w.data);
-          auto run = [&](auto kernel) {
-            simt::launch(grid, simt::dim3(kGemmThreads), 0,
-                         [&] { kernel(x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate); });
-          };
-          j.w.dtype == DType::BF16 ? run(gemm_tc_kernel<DType::BF16>) : run(gemm_tc_kernel<DType::F16>);
-          break;
-        }
-        case MatmulPath::kGemv:
-          gemv_jobs_++;
-          dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
-            simt::launch(simt::dim3(gemv_grid_x(N), unsigned((T + tok - 1) / tok)), simt::dim3(kGemvWarps * 32), 0,
-                         [&] { kernel(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, accumulate); });
-          });
-          break;
-        case MatmulPath::kSimt:
-          simt_jobs_++;
-          simt::launch(simt::dim3(unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile)),
-                       simt::dim3(kSimtThreads), 0,
-                       [&] { gemm_simt_kernel(x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate); });
-          break;
+      if (jobs[i].w.rows <= 0) continue;
+      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, launch)) {
+        case MatmulPath::kTensorCore: tensor_core_jobs_++; break;
+        case MatmulPath::kGemv: gemv_jobs_++; break;
+        case MatmulPath::kSimt: simt_jobs_++; break;
       }
     }
   }

@@ -387,5 +387,38 @@ void dispatch_gemv(DType dt, int64_t T, Run&& run) {
   }
 }
 
+// Launches the kernel that computes job `j` (matmul_path's choice) through
+// `launch(kernel, grid_x, grid_y, threads, args...)`, which each build supplies: a launch on the
+// device's stream, or the emulator's. Jobs without rows launch nothing. Returns the path taken.
+template <typename Launch>
+MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate,
+                             Launch&& launch) {
+  const int64_t N = j.w.rows, K = j.w.cols;
+  const MatmulPath path = matmul_path(j, T);
+  if (N <= 0) return path;
+  switch (path) {
+    case MatmulPath::kTensorCore: {
+      const unsigned gx = unsigned((N + kBN - 1) / kBN), gy = unsigned((T + kBM - 1) / kBM);
+      const auto* w = static_cast<const uint16_t*>(j.w.data);
+      if (j.w.dtype == DType::BF16)
+        launch(gemm_tc_kernel<DType::BF16>, gx, gy, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate);
+      else
+        launch(gemm_tc_kernel<DType::F16>, gx, gy, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate);
+      break;
+    }
+    case MatmulPath::kGemv:
+      dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
+        launch(kernel, gemv_grid_x(N), unsigned((T + tok - 1) / tok), kGemvWarps * 32, x, T, ldx, j.w.data, N, K,
+               j.bias, j.y, j.ldy, accumulate);
+      });
+      break;
+    case MatmulPath::kSimt:
+      launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),
+             kSimtThreads, x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate);
+      break;
+  }
+  return path;
+}
+
 }  // namespace
 }  // namespace loom

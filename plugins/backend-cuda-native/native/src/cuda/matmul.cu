@@ -21,35 +21,11 @@ namespace loom {
 
 void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0) return;
+  auto launch = [&](auto kernel, unsigned gx, unsigned gy, int threads, auto... args) {
+    kernel<<<dim3(gx, gy), threads, 0, stream_>>>(args...);
+  };
   for (int i = 0; i < njobs; i++) {
-    const MatmulJob& j = jobs[i];
-    const int64_t N = j.w.rows, K = j.w.cols;
-    if (N <= 0) continue;
-    switch (matmul_path(j, T)) {
-      case MatmulPath::kTensorCore: {
-        const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((T + kBM - 1) / kBM));
-        const auto* w = static_cast<const uint16_t*>(j.w.data);
-        if (j.w.dtype == DType::BF16)
-          gemm_tc_kernel<DType::BF16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-                                                                          accumulate);
-        else
-          gemm_tc_kernel<DType::F16><<<grid, kGemmThreads, 0, stream_>>>(x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-                                                                         accumulate);
-        break;
-      }
-      case MatmulPath::kGemv:
-        dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
-          const dim3 grid(gemv_grid_x(N), unsigned((T + tok - 1) / tok));
-          kernel<<<grid, kGemvWarps * 32, 0, stream_>>>(x, T, ldx, j.w.data, N, K, j.bias, j.y, j.ldy, accumulate);
-        });
-        break;
-      case MatmulPath::kSimt: {
-        const dim3 grid(unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile));
-        gemm_simt_kernel<<<grid, kSimtThreads, 0, stream_>>>(x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y,
-                                                             j.ldy, accumulate);
-        break;
-      }
-    }
+    launch_matmul_job(x, T, ldx, jobs[i], accumulate, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
   }
 }
