@@ -1183,37 +1183,46 @@ void finish(Device* device, Checker& ck, SelfTestResult& res) {
 
 }  // namespace
 
+namespace {
+
+// The self-test's families in the order run_kernel_self_test runs them (the seeded cases depend
+// on it), by the names run_self_test_families takes.
+struct Family {
+  const char* name;
+  void (*run)(Device* dev, Device* ref, Rng& rng, Checker& ck);
+};
+const Family kFamilies[] = {
+    {"matmul", test_matmul},
+    {"matmul_q8", test_matmul_q8},
+    {"q8_convert", [](Device*, Device*, Rng& rng, Checker& ck) { test_q8_convert(rng, ck); }},
+    {"elementwise", test_elementwise},
+    {"attention", test_attention},
+    {"lora", test_lora},
+    {"lora_apply", test_lora_apply},
+    {"cache", test_cache},
+    {"step_ops", test_step_ops},
+    {"tree_walk", test_tree_walk},
+    {"kv_dtypes", test_kv_dtypes},
+    {"sample", test_sample},
+};
+
+}  // namespace
+
 SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::vector<std::string>& families) {
   SelfTestResult res;
   Checker ck{&res, {}};
   Rng rng{seed};
   g_fault = Status::Ok();
-  Device* ref = reference_device();
-  for (const std::string& family : families) {
-    if (family == "matmul") {
-      test_matmul(device, ref, rng, ck);
-    } else if (family == "attention") {
-      test_attention(device, ref, rng, ck);
-    } else if (family == "elementwise") {
-      test_elementwise(device, ref, rng, ck);
-    } else if (family == "step_ops") {
-      test_step_ops(device, ref, rng, ck);
-    } else if (family == "cache") {
-      test_cache(device, ref, rng, ck);
-    } else if (family == "kv_dtypes") {
-      test_kv_dtypes(device, ref, rng, ck);
-    } else if (family == "lora") {
-      test_lora(device, ref, rng, ck);
-    } else if (family == "lora_apply") {
-      test_lora_apply(device, ref, rng, ck);
-    } else if (family == "tree_walk") {
-      test_tree_walk(device, ref, rng, ck);
-    } else if (family == "sample") {
-      test_sample(device, ref, rng, ck);
+  for (const std::string& name : families) {
+    const Family* family = nullptr;
+    for (const Family& f : kFamilies)
+      if (name == f.name) family = &f;
+    if (family) {
+      family->run(device, reference_device(), rng, ck);
     } else {
       res.ok = false;
       res.failures++;
-      res.worst_case = "unknown self-test family " + family;
+      res.worst_case = "unknown self-test family " + name;
     }
   }
   finish(device, ck, res);
@@ -1225,19 +1234,7 @@ SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   Checker ck{&res, {}};
   Rng rng{seed};
   g_fault = Status::Ok();
-  Device* ref = reference_device();
-  test_matmul(device, ref, rng, ck);
-  test_matmul_q8(device, ref, rng, ck);
-  test_q8_convert(rng, ck);
-  test_elementwise(device, ref, rng, ck);
-  test_attention(device, ref, rng, ck);
-  test_lora(device, ref, rng, ck);
-  test_lora_apply(device, ref, rng, ck);
-  test_cache(device, ref, rng, ck);
-  test_step_ops(device, ref, rng, ck);
-  test_tree_walk(device, ref, rng, ck);
-  test_kv_dtypes(device, ref, rng, ck);
-  test_sample(device, ref, rng, ck);
+  for (const Family& family : kFamilies) family.run(device, reference_device(), rng, ck);
 #if LOOM_AMX_BF16
   if (std::string(device->name()) == "cpu") test_amx_tile_state(ck);
 #endif

@@ -20,9 +20,9 @@ struct SelfTestResult {
 
 // Run every op on `device` and on the reference over a seeded grid of real-model shapes.
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed);
-// Only the named test families ("matmul", "attention", "elementwise", "step_ops", "cache", "kv_dtypes",
-// "lora", "lora_apply", "tree_walk", "sample"): the test
-// program's emulated cuda kernels (emulated-cuda.h). Unknown names fail the result.
+// Only the named test families, in the order given ("matmul", "matmul_q8", "q8_convert",
+// "elementwise", "attention", "lora", "lora_apply", "cache", "step_ops", "tree_walk", "kv_dtypes",
+// "sample"): the test program's emulated cuda kernels (emulated-cuda.h). Unknown names fail.
 SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::vector<std::string>& families);
 
 }  // namespace loom
