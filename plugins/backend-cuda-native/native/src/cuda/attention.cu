@@ -48,11 +48,11 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
     check(cudaErrorInvalidValue, "attention (head_dim above 256 or heads not a multiple of kv heads)");
     return;
   }
-  attn_partial_records_ = plan_attention(rows, nrows, shape, sm_count_, &attn_items_, &attn_groups_);
+  const int64_t records = plan_attention(rows, nrows, shape, sm_count_, &attn_items_, &attn_groups_);
   if (attn_items_.empty()) return;
   float* partials = nullptr;
   if (!attn_groups_.empty()) {
-    const int64_t floats = attn_partial_records_ * shape.num_kv_heads * (shape.head_dim + 2);
+    const int64_t floats = records * shape.num_kv_heads * (shape.head_dim + 2);
     if (floats > attn_partials_floats_) {
       release(attn_partials_);  // stream-ordered: the kernels queued before it finish first
       attn_partials_ = static_cast<float*>(alloc(floats * int64_t(sizeof(float))));

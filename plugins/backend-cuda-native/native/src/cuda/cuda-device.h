@@ -105,7 +105,6 @@ class CudaDevice final : public Device {
   // demand, released with the device).
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
-  int64_t attn_partial_records_ = 0;
   float* attn_partials_ = nullptr;
   int64_t attn_partials_floats_ = 0;
 };

@@ -75,6 +75,15 @@ inline uint64_t* exchange_slot(int lane) { return detail::running_exchange + lan
 // contributions in `all` (lane order). For warp-collective instructions (mma.sync).
 void warp_exchange(const void* mine, size_t bytes, void* all);
 
+// std::bit_cast of C++20, for this C++17 build.
+template <typename To, typename From>
+To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of one size");
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
 template <typename T>
 T shuffle(T v, int src) {
   static_assert(sizeof(T) <= 8, "shuffles move 4- or 8-byte values");
@@ -122,16 +131,8 @@ inline int atomicAdd(int* address, int value) {
   *address = old + value;
   return old;
 }
-inline unsigned __float_as_uint(float f) {
-  unsigned u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float __uint_as_float(unsigned u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline unsigned __float_as_uint(float f) { return ::simt::bit_cast<unsigned>(f); }
+inline float __uint_as_float(unsigned u) { return ::simt::bit_cast<float>(u); }
 template <typename T>
 T __shfl_sync(unsigned /*full mask*/, T v, int src) {
   return ::simt::shuffle(v, src);
