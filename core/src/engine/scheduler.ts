@@ -194,10 +194,14 @@ export class Scheduler {
       if (yes === undefined) {
         if (keyRows === null) {
           keyRows = new Map()
-          for (const d of decoders) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
+          for (const d of decoders) {
+            if (d.medusaSlot >= 0) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
+          }
         }
         const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
-        wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey, rows, Math.max(0, batchSize - rows))))
+        // The keys of the step's rows with heads share the exploration budget of hopeless keys.
+        const others = Math.max(0, batchSize - rows)
+        wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey, rows, others, Math.max(1, keyRows.size))))
       }
       return yes
     }

@@ -26,7 +26,7 @@ function onePolicy(): {
   policy: AdaptiveTreePolicy
   family: TreeFamily
   choose: (rows: number, depth: number, heads: number) => number
-  wantsHeads: () => boolean
+  wantsHeads: (keys?: number) => boolean
 } {
   const policy = new AdaptiveTreePolicy()
   const family = policy.family(
@@ -37,7 +37,7 @@ function onePolicy(): {
     policy,
     family,
     choose: (rows, depth, heads) => policy.choose([{ key: 'k', rows, depth, heads }])[0]!,
-    wantsHeads: () => policy.wantsHeads('k'),
+    wantsHeads: (keys = 1) => policy.wantsHeads('k', 1, 0, keys),
   }
 }
 
@@ -120,6 +120,19 @@ t.test(
     t.ok(k >= 2, `fixed step cost and the chain always accepted: at least the chain of two (got ${k})`)
   },
 )
+
+t.test('hopeless keys in one step share the exploration budget: three keys try a third as often', async (t) => {
+  const firstTry = (keys: number): number => {
+    const one = onePolicy()
+    train(one.policy, one.family, 0.001, 1, () => false)
+    one.choose(1, 4, 4)
+    return Array.from({ length: 4096 }, () => one.wantsHeads(keys)).findIndex((x) => x) + 1
+  }
+  const alone = firstTry(1)
+  const shared = firstTry(3)
+  t.ok(alone >= 255, `alone: the first try after ${alone} plain steps`)
+  t.ok(shared >= 2.5 * alone, `one of three keys: after ${shared}`)
+})
 
 t.test('the policy per key: adapter traffic never changes what base rows get', async (t) => {
   const heads = 4

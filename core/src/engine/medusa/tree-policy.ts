@@ -37,12 +37,14 @@ const OPTIMISM = 1
  */
 const EXPLORE_SHARE = 0.25
 /**
- * A key whose trees cannot pay even optimistically still tries, as rarely as makes its tries cost
- * this share of plain decoding (1%): the cost model may be wrong (a fit from a busy second), and
- * only a tree step tells.
+ * Keys whose trees cannot pay even optimistically still try, as rarely as makes their tries cost
+ * this share of plain decoding (1%) together: the cost model may be wrong (a fit from a busy
+ * second), and only a tree step tells. The share is the step's, split among the speculating keys
+ * in it: three hopeless keys at batch 8 each trying on 1% of the steps cost 3% (measured on the
+ * demo model, 2026-11-26: 0.94–0.97× plain with 1% per key).
  */
 const FLOOR_SHARE = 0.01
-/** Headless stretches between tries last `PROBE_EVERY` to this many steps. */
+/** Headless stretches between tries last `PROBE_EVERY` to this many steps per speculating key of the step. */
 const MAX_STRETCH = 1024
 /** Keys whose acceptance is remembered; the least recently used is forgotten beyond it. */
 export const DEFAULT_POLICY_KEYS = 256
@@ -91,7 +93,8 @@ class KeyStats {
    * key decides again. Recomputing it (a cost fit and an optimistic curve) on every planned step
    * cost ~10 µs per key, as much as 3% of a batch-8 step of the demo model with three keys.
    */
-  stretch: { rows: number; otherRows: number; since: number; steps: number; hopeful: boolean } | null = null
+  stretch: { rows: number; otherRows: number; keys: number; since: number; steps: number; hopeful: boolean } | null =
+    null
 
   constructor(family: TreeFamily) {
     this.family = family
@@ -160,10 +163,11 @@ interface GroupCurve {
  *   All exploration beyond plain decoding is paid for only when it might win: a tree for the
  *   step's size must beat plain decoding with every node's acceptance `OPTIMISM` standard
  *   deviations above its estimate (`exploration`), and the stretch between tries is the try's
- *   predicted cost over a share of that optimistic gain (`EXPLORE_SHARE`; `FLOOR_SHARE` of plain
- *   decoding when no tree can pay; at most `MAX_STRETCH` steps). At batch 8 on a model whose
- *   steps cost per token, where no tree can pay, a plain key thus asks for heads and tries a
- *   small tree once in hundreds of steps: it costs what plain decoding costs, within 1%.
+ *   predicted cost over a share of that optimistic gain (`EXPLORE_SHARE`; when no tree can pay,
+ *   `FLOOR_SHARE` of plain decoding split among the step's speculating keys; at most
+ *   `MAX_STRETCH` steps per key). At batch 8 on a model whose steps cost per token, where no
+ *   tree can pay, each plain key thus asks for heads and tries a small tree once in hundreds of
+ *   steps: together they cost what plain decoding costs, within 1%.
  *   Acceptance counts fade per walk (`ACCEPT_DECAY`), so the optimism narrows to recent evidence
  *   without freezing.
  */
@@ -261,7 +265,8 @@ export class AdaptiveTreePolicy {
 
   /**
    * Whether this step's plain decode rows of `key` should ask for head logits (called once per key
-   * per planned step; `rows` of the step's decode rows are the key's, `otherRows` are not). After a
+   * per planned step; `rows` of the step's decode rows are the key's, `otherRows` are not, and
+   * `keys` speculating keys have rows in it, this one included: they share `FLOOR_SHARE`). After a
    * choice of plain decoding they do not, so plain decoding costs what it costs without Medusa.
    * When a tree might pay for a step of this size (see `exploration`), one step in 2, 4, 8, ...
    * does, doubling with each consecutive plain decision up to `PROBE_EVERY` steps for a large
@@ -270,7 +275,7 @@ export class AdaptiveTreePolicy {
    * two. When no tree can pay (a large batch on a model whose steps cost per token), one step in
    * hundreds (see `FLOOR_SHARE`).
    */
-  wantsHeads(key: string, rows = 1, otherRows = 0): boolean {
+  wantsHeads(key: string, rows = 1, otherRows = 0, keys = 1): boolean {
     const s = this.keys.get(key)
     if (s === undefined || s.lastChoice !== 0) return true
     let plan = s.stretch
@@ -278,9 +283,10 @@ export class AdaptiveTreePolicy {
       plan === null ||
       plan.rows !== rows ||
       plan.otherRows !== otherRows ||
+      plan.keys !== keys ||
       s.idlePlans - plan.since >= PROBE_EVERY
     ) {
-      plan = { rows, otherRows, since: s.idlePlans, ...this.headlessStretch(s, rows, otherRows) }
+      plan = { rows, otherRows, keys, since: s.idlePlans, ...this.headlessStretch(s, rows, otherRows, keys) }
       s.stretch = plan
     }
     // Hoping for nothing: no ramp of short stretches.
@@ -292,13 +298,20 @@ export class AdaptiveTreePolicy {
    * How many plain steps a key's rows go without heads between tries (see `wantsHeads`), and
    * whether a tree might pay at all (`hopeful`: else no ramp of short stretches).
    */
-  private headlessStretch(s: KeyStats, rows: number, otherRows: number): { steps: number; hopeful: boolean } {
+  private headlessStretch(
+    s: KeyStats,
+    rows: number,
+    otherRows: number,
+    keys: number,
+  ): { steps: number; hopeful: boolean } {
     const fit = this.fit()
     if (fit === null || s.shape === null) return { steps: PROBE_EVERY, hopeful: true }
     const { gain, cost } = this.exploration(s, { ...s.shape, rows }, fit, otherRows)
-    // A try may spend EXPLORE_SHARE of what it hopes to win, or FLOOR_SHARE when it hopes for nothing.
-    const share = gain > 0 ? EXPLORE_SHARE * gain : FLOOR_SHARE
-    return { steps: Math.min(MAX_STRETCH, Math.max(PROBE_EVERY, Math.ceil(cost / share))), hopeful: gain > 0 }
+    // A try may spend EXPLORE_SHARE of what it hopes to win, or its part of FLOOR_SHARE when it
+    // hopes for nothing.
+    const share = gain > 0 ? EXPLORE_SHARE * gain : FLOOR_SHARE / Math.max(1, keys)
+    const longest = MAX_STRETCH * Math.max(1, keys)
+    return { steps: Math.min(longest, Math.max(PROBE_EVERY, Math.ceil(cost / share))), hopeful: gain > 0 }
   }
 
   /**
