@@ -184,26 +184,12 @@ export class Scheduler {
     const trees = speculate ? this.planTrees(decoders, speculation) : null
     // While the policy finds plain decoding faster for a key, its plain rows skip the heads too (no
     // draft), prefill rows included: at a batch size where no tree can pay, no row runs heads.
-    const wants = new Map<string, boolean>()
-    let keyRows: Map<string, number> | null = null
-    const heads = (seq: Sequence): boolean => {
-      if (!speculate || seq.medusaSlot < 0) return false
-      const policy = speculation.policy
-      if (policy === null) return true
-      let yes = wants.get(seq.policyKey)
-      if (yes === undefined) {
-        if (keyRows === null) {
-          keyRows = new Map()
-          for (const d of decoders) {
-            if (d.medusaSlot >= 0) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
-          }
-        }
-        const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
-        // The keys of the step's rows with heads share the exploration budget of hopeless keys.
-        const others = Math.max(0, batchSize - rows)
-        wants.set(seq.policyKey, (yes = policy.wantsHeads(seq.policyKey, rows, others, Math.max(1, keyRows.size))))
-      }
-      return yes
+    const asks: HeadsAsks = {
+      speculation: speculate ? speculation : null,
+      batchSize,
+      decoders,
+      wants: new Map(),
+      keyRows: null,
     }
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
@@ -211,7 +197,7 @@ export class Scheduler {
       rows.push(
         tree !== undefined
           ? buildTreeRow(seq, tree.subTree, tree.nodes, this.vocabSize)
-          : buildRow(seq, 1, this.vocabSize, heads(seq)),
+          : buildRow(seq, 1, this.vocabSize, wantsHeads(seq, asks)),
       )
     }
 
@@ -223,7 +209,7 @@ export class Scheduler {
       const chunk = Math.min(seq.pending, budget, room)
       if (chunk <= 0) continue
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, this.vocabSize, heads(seq)))
+      rows.push(buildRow(seq, chunk, this.vocabSize, wantsHeads(seq, asks)))
       budget -= chunk
     }
 
@@ -247,7 +233,7 @@ export class Scheduler {
       this.running.push(seq)
       const chunk = Math.min(seq.pending, budget)
       this.reserve(seq, seq.cacheLen + chunk)
-      rows.push(buildRow(seq, chunk, this.vocabSize, heads(seq)))
+      rows.push(buildRow(seq, chunk, this.vocabSize, wantsHeads(seq, asks)))
       budget -= chunk
     }
     return rows
@@ -372,4 +358,45 @@ export class Scheduler {
     if (seq.blocks.length > 0) this.allocator.release(seq.blocks)
     seq.blocks = []
   }
+}
+
+/** One plan's questions to the policy about heads: asked once per key (see `wantsHeads`). */
+interface HeadsAsks {
+  /** Null when this step does not speculate. */
+  readonly speculation: SchedulerSpeculation | null
+  /** The batch this step will have once waiting sequences are admitted. */
+  readonly batchSize: number
+  readonly decoders: readonly Sequence[]
+  readonly wants: Map<string, boolean>
+  /** Decode rows with heads per policy key, counted at the first question. */
+  keyRows: Map<string, number> | null
+}
+
+/**
+ * Whether a plain row of `seq` runs its Medusa heads this step. While the policy finds plain
+ * decoding faster for a key, its plain rows skip the heads too (no draft), prefill rows included:
+ * at a batch size where no tree can pay, no row runs heads. (A function, not a closure in
+ * `tryPlan`: tsx names every closure it creates, at a cost per plan.)
+ */
+function wantsHeads(seq: Sequence, asks: HeadsAsks): boolean {
+  const { speculation } = asks
+  if (speculation === null || seq.medusaSlot < 0) return false
+  const policy = speculation.policy
+  if (policy === null) return true
+  let yes = asks.wants.get(seq.policyKey)
+  if (yes === undefined) {
+    let keyRows = asks.keyRows
+    if (keyRows === null) {
+      keyRows = asks.keyRows = new Map()
+      for (const d of asks.decoders) {
+        if (d.medusaSlot >= 0) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
+      }
+    }
+    const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
+    // The keys of the step's rows with heads share the exploration budget of hopeless keys.
+    const others = Math.max(0, asks.batchSize - rows)
+    yes = policy.wantsHeads(seq.policyKey, rows, others, Math.max(1, keyRows.size))
+    asks.wants.set(seq.policyKey, yes)
+  }
+  return yes
 }

@@ -1,5 +1,8 @@
 import { MedusaTree } from './medusa-tree.ts'
 
+/** Trees a family keeps built across re-rankings (see `TreeFamily.built`). */
+const MAX_BUILT_TREES = 128
+
 /** A tree of the family and where its nodes sit in the full tree (whose numbering drafts use). */
 export interface SubTree {
   readonly tree: MedusaTree
@@ -20,6 +23,12 @@ export class TreeFamily {
   order: Int32Array
   private choices: readonly (readonly number[])[]
   private readonly cache = new Map<number, SubTree>()
+  /**
+   * Trees built, by their node set (a tree depends on which choices it has, not their order):
+   * re-ranking often swaps two nodes of similar reach back and forth, and building a tree (its
+   * ancestor mask and path maps) cost more than the rest of a batch-1 plan.
+   */
+  private readonly built = new Map<string, SubTree>()
 
   constructor(tree: MedusaTree, choices: readonly (readonly number[])[]) {
     const identity = new Int32Array(tree.size)
@@ -67,9 +76,15 @@ export class TreeFamily {
   get(k: number): SubTree {
     let sub = this.cache.get(k)
     if (sub === undefined) {
-      const tree = new MedusaTree(this.choices.slice(0, k))
-      const fullNode = Int32Array.from(tree.paths, (key) => this.full.tree.nodeOf.get(key)!)
-      sub = { tree, fullNode }
+      const nodes = this.order.slice(0, k).sort().join(',')
+      sub = this.built.get(nodes)
+      if (sub === undefined) {
+        const tree = new MedusaTree(this.choices.slice(0, k))
+        const fullNode = Int32Array.from(tree.paths, (key) => this.full.tree.nodeOf.get(key)!)
+        sub = { tree, fullNode }
+        if (this.built.size >= MAX_BUILT_TREES) this.built.clear()
+        this.built.set(nodes, sub)
+      }
       this.cache.set(k, sub)
     }
     return sub

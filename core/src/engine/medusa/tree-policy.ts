@@ -386,63 +386,22 @@ export class AdaptiveTreePolicy {
    * Coordinate ascent over the groups' sizes for the whole step's rate, within the fairness
    * bounds, from two starts: all plain, and every group at the size best for it alone (a joint
    * move single steps cannot reach when one group's tree alone would slow the other's plain rows).
+   * One group alone in its step (batch 1, or every row one key's) needs no ascent: its best size
+   * alone is the answer, and is within the bounds (its rate beats plain decoding's).
    */
   private bestSizes(
     groups: readonly PolicyGroup[],
     curves: readonly GroupCurve[],
-    { a, b }: { a: number; b: number },
+    fit: { a: number; b: number },
     otherRows: number,
     otherWork: number,
   ): number[] {
-    let plainWork = otherWork
-    for (const g of groups) plainWork += g.rows
-    const cost0 = a + b * plainWork
-    /** The step's tokens per ms with sizes `ks`, or -1 when a row would be slower than plain. */
-    const evaluate = (ks: readonly number[]): number => {
-      let tokens = otherRows
-      let work = otherWork
-      let plain = otherRows > 0
-      groups.forEach((g, i) => {
-        tokens += g.rows * curves[i]!.expected[ks[i]!]!
-        work += g.rows * curves[i]!.work[ks[i]!]!
-        if (ks[i] === 0) plain = true
-      })
-      const cost = a + b * work
-      if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
-      for (let i = 0; i < groups.length; i++) {
-        if (ks[i]! > 0 && curves[i]!.expected[ks[i]!]! * cost0 < cost) return -1
-      }
-      return tokens / cost
-    }
-    const ascend = (ks: number[]): { ks: number[]; rate: number } => {
-      let bestRate = evaluate(ks)
-      for (let pass = 0; pass < 3; pass++) {
-        let changed = false
-        for (let i = 0; i < groups.length; i++) {
-          const current = ks[i]!
-          let best = current
-          for (let k = 0; k < curves[i]!.expected.length; k++) {
-            if (k === current) continue
-            ks[i] = k
-            const rate = evaluate(ks)
-            if (rate > bestRate) {
-              bestRate = rate
-              best = k
-            }
-          }
-          ks[i] = best
-          if (best !== current) changed = true
-        }
-        if (!changed) break
-      }
-      return { ks, rate: bestRate }
-    }
     const alone = curves.map(({ expected, work }, i) => {
       const rows = groups[i]!.rows
       let best = 0
-      let bestRate = rows / (a + b * rows)
+      let bestRate = rows / (fit.a + fit.b * rows)
       for (let k = 1; k < expected.length; k++) {
-        const rate = (rows * expected[k]!) / (a + b * rows * work[k]!)
+        const rate = (rows * expected[k]!) / (fit.a + fit.b * rows * work[k]!)
         if (rate > bestRate) {
           bestRate = rate
           best = k
@@ -450,9 +409,13 @@ export class AdaptiveTreePolicy {
       }
       return best
     })
-    const fromPlain = ascend(groups.map(() => 0))
-    if (groups.length === 1 && otherRows === 0) return fromPlain.ks
-    const fromAlone = ascend(alone)
+    if (groups.length === 1 && otherRows === 0) return alone
+    const step = { groups, curves, fit, otherRows, otherWork }
+    const fromPlain = ascend(
+      step,
+      groups.map(() => 0),
+    )
+    const fromAlone = ascend(step, alone)
     return fromAlone.rate > fromPlain.rate ? fromAlone.ks : fromPlain.ks
   }
 
@@ -514,4 +477,60 @@ export class AdaptiveTreePolicy {
     const a = Math.max((sy / s) * 0.05, (sy - b * sx) / s)
     return { a, b }
   }
+}
+
+/** A step as `bestSizes` optimises it. */
+interface StepShape {
+  readonly groups: readonly PolicyGroup[]
+  readonly curves: readonly GroupCurve[]
+  readonly fit: { readonly a: number; readonly b: number }
+  readonly otherRows: number
+  readonly otherWork: number
+}
+
+/** The step's tokens per ms with sizes `ks`, or -1 when a row would be slower than plain. */
+function stepRate({ groups, curves, fit, otherRows, otherWork }: StepShape, ks: readonly number[]): number {
+  let plainWork = otherWork
+  let tokens = otherRows
+  let work = otherWork
+  let plain = otherRows > 0
+  for (let i = 0; i < groups.length; i++) {
+    const { rows } = groups[i]!
+    plainWork += rows
+    tokens += rows * curves[i]!.expected[ks[i]!]!
+    work += rows * curves[i]!.work[ks[i]!]!
+    if (ks[i] === 0) plain = true
+  }
+  const cost0 = fit.a + fit.b * plainWork
+  const cost = fit.a + fit.b * work
+  if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
+  for (let i = 0; i < groups.length; i++) {
+    if (ks[i]! > 0 && curves[i]!.expected[ks[i]!]! * cost0 < cost) return -1
+  }
+  return tokens / cost
+}
+
+/** Coordinate ascent from `ks` (changed in place): each group in turn to its best size, up to 3 passes. */
+function ascend(step: StepShape, ks: number[]): { ks: number[]; rate: number } {
+  let bestRate = stepRate(step, ks)
+  for (let pass = 0; pass < 3; pass++) {
+    let changed = false
+    for (let i = 0; i < step.groups.length; i++) {
+      const current = ks[i]!
+      let best = current
+      for (let k = 0; k < step.curves[i]!.expected.length; k++) {
+        if (k === current) continue
+        ks[i] = k
+        const rate = stepRate(step, ks)
+        if (rate > bestRate) {
+          bestRate = rate
+          best = k
+        }
+      }
+      ks[i] = best
+      if (best !== current) changed = true
+    }
+    if (!changed) break
+  }
+  return { ks, rate: bestRate }
 }
