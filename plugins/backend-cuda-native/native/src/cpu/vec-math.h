@@ -42,4 +42,21 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+inline float hmax256(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The horizontal sums of 8 vectors as one vector: out[u] = Σ lanes of a[u]. Two rounds of
+// pairwise hadd leave each vector's two 128-bit halves' sums side by side; the last add joins them.
+inline __m256 hsum8x8(const __m256* a) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  // u0 = [a0..a3 low-half sums | a0..a3 high-half sums], u1 likewise for a4..a7.
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
 }  // namespace loom
