@@ -18,6 +18,7 @@ set -euo pipefail
 started=$(date +%s)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build=${LOOM_CHECK_BUILD:-$(mktemp -d "${TMPDIR:-/tmp}/loom-gpu-check.XXXXXX")}
+mkdir -p "$build"
 nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 seeds=("$@")
 [ ${#seeds[@]} -eq 0 ] && seeds=(--seed 1 --seed 2 --seed 3)

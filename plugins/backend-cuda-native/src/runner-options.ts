@@ -19,8 +19,11 @@ export const nativeOptionsSchema = z.strictObject({
   kv_cache_mb: z.number().positive().default(512),
   /** Token slots per KV block. */
   kv_block_size: z.number().int().min(1).max(1024).default(16),
-  /** Most tokens (prefill + decode) one step may carry; sizes the scratch arenas. */
-  max_batch_tokens: z.number().int().min(1).max(65536).default(2048),
+  /**
+   * Most tokens (prefill + decode) one step may carry; sizes the scratch arenas. At most 65,535:
+   * the cuda device's per-token kernels put the step's tokens on the grid's y axis.
+   */
+  max_batch_tokens: z.number().int().min(1).max(65535).default(2048),
   /** Resident adapters (LoRA and Medusa together). */
   adapter_slots: z.number().int().min(0).max(4096).default(32),
   /** Largest LoRA rank a slot accepts (1..128). */

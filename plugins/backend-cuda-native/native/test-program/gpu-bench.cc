@@ -805,7 +805,7 @@ int Bench::run() {
     decode();
     prefill();
   }
-  model_.reset();  // frees the device memory before the second probe
+  model_.reset();  // returns its memory to the pool (kept reserved there): the probe still fits beside it
   measure_bandwidth("after");
   // The bandwidth row first: the rooflines divide by its best pass before loading; the probe after
   // the model rows shows whether the GPU's memory clock drifted meanwhile.

@@ -127,6 +127,7 @@ CudaDevice::~CudaDevice() {
 
 bool CudaDevice::check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return true;
+  std::lock_guard<std::mutex> lock(status_mu_);
   if (status_.ok())
     status_ = Status::Error("native_error", std::string("cuda: ") + what + " failed on " + gpu_name_ + ": " +
                                                 cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
@@ -137,6 +138,7 @@ Status CudaDevice::take_status() {
   // Launch errors surface at the launch; faults inside kernels surface at the next sync point.
   const cudaError_t last = cudaGetLastError();
   if (last != cudaErrorNotReady) check(last, "a kernel launch");  // NotReady (an event query) is no fault
+  std::lock_guard<std::mutex> lock(status_mu_);
   Status st = status_;
   status_ = Status::Ok();
   return st;
@@ -178,10 +180,23 @@ Status CudaDevice::synchronize() {
   return take_status();
 }
 
+bool CudaDevice::event_done(cudaEvent_t ev) {
+  const cudaError_t q = cudaEventQuery(ev);
+  // Not ready is an answer, not a fault, but the runtime also keeps it as this thread's last
+  // error: clear it, or the next launch's cudaGetLastError check would report it as that
+  // launch's failure.
+  if (q == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return check(q, "staging query");
+}
+
 void* CudaDevice::stage(const void* src, int64_t bytes) {
   if (!stage_host_ || !stage_dev_) return nullptr;
   const int64_t size = (bytes + 255) & ~int64_t(255);
   if (size > kStageBytes) {
+    std::lock_guard<std::mutex> lock(status_mu_);
     if (status_.ok())
       status_ = Status::Error("native_error", "cuda: a call description of " + std::to_string(bytes) +
                                                   " bytes exceeds the staging ring (" +
@@ -191,17 +206,23 @@ void* CudaDevice::stage(const void* src, int64_t bytes) {
   int64_t off = stage_head_;
   if (off + size > kStageBytes) off = 0;
   const int64_t end = off + size;
-  // Wait for (and recycle) staged ranges the new one would overwrite. The ring is filled in
-  // order, so the oldest pending range is also the lowest one ahead of the write position: pop
-  // from the front while it overlaps [off, end) (waiting for it) or has already finished.
+  // The stream completes copies in order, so once the newest staged range overlapping [off, end)
+  // is done, every older one is too: wait for that one (whatever the ring's wrap left where),
+  // then recycle the front ranges that are done.
+  size_t retire = 0;
+  for (size_t i = staged_.size(); i-- > 0;) {
+    const StagedRange& r = staged_[i];
+    if (r.start < end && off < r.end) {
+      check(cudaEventSynchronize(r.done), "staging wait");
+      retire = i + 1;
+      break;
+    }
+  }
   while (!staged_.empty()) {
-    StagedRange& r = staged_.front();
-    const bool overlaps = r.start < end && off < r.end;
-    const bool done = !overlaps && cudaEventQuery(r.done) == cudaSuccess;
-    if (!overlaps && !done) break;
-    if (overlaps) check(cudaEventSynchronize(r.done), "staging wait");
-    free_events_.push_back(r.done);
+    if (retire == 0 && !event_done(staged_.front().done)) break;
+    free_events_.push_back(staged_.front().done);
     staged_.pop_front();
+    if (retire > 0) retire--;
   }
   std::memcpy(stage_host_ + off, src, size_t(bytes));
   if (!check(cudaMemcpyAsync(stage_dev_ + off, stage_host_ + off, size_t(bytes), cudaMemcpyHostToDevice, stream_),

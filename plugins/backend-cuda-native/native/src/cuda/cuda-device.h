@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -88,10 +89,15 @@ class CudaDevice final : public Device {
     int64_t start, end;
     cudaEvent_t done;
   };
+  // Whether `ev` has fired; a query error is recorded as the device's fault (the range is kept).
+  bool event_done(cudaEvent_t ev);
   int ordinal_;
   cudaStream_t stream_;
   int sm_count_ = 0;
   std::string gpu_name_;
+  // The first failure since the last synchronize. Guarded: an adapter-loading thread may
+  // synchronize (and so take it) while the stepping thread records one.
+  std::mutex status_mu_;
   Status status_;
   // Staging ring: host bytes [off, off+n) go to device bytes [off, off+n); a range is reused
   // once the event recorded after its copy has fired.
