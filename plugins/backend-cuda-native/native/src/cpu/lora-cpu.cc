@@ -30,6 +30,9 @@ constexpr int kShrinkChunk = 24;
 // is read and written half as often. Cache-hot distinct-adapter LoRA time at batch 32 went
 // from ~4.9 to ~4.2 ms (f32) and ~3.9 to ~3.3 ms (bf16) a step.
 constexpr int kShrinkGroup = 8;
+// lora_apply: runs up to this many tokens (decode rows of one adapter, short prompts) are applied
+// in pieces, shrink and expand on one thread; longer ones (prefill) by the two-op path.
+constexpr int64_t kPieceRunTokens = 64;
 constexpr int kExpandGroup = 8;  // tokens per shrink work item (a multiple of the 8-token kernel)
 
 // Prefetch `bytes` from p into L1: the weights the next work item will stream, issued while the
@@ -271,21 +274,26 @@ void CpuDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSe
   });
 }
 
-// Semantics: see Device::lora_apply. Many adapter runs (distinct decode rows): threads split the
-// runs, and each run's shrink (all modules of the group) and expand follow each other on one
-// thread, so a group costs one pool region instead of one shrink plus one expand per module
-// (11 regions a layer became 4), and the run's low-rank activations never leave L1. Few runs
-// (a prefill, one shared adapter): the two-op path, which splits the work inside a run.
+// Semantics: see Device::lora_apply. Runs are maximal stretches of segments covering the same
+// tokens (one adapter's rows: the engine puts them side by side). Decode-sized runs: threads split
+// pieces of runs, and each piece's shrink (all modules of the group) and expand follow each other
+// on one thread, so a group costs one pool region instead of one shrink plus one expand per module
+// (11 regions a layer became 4), and the piece's low-rank activations never leave L1. A run is
+// cut into pieces of a few tokens only when there are too few runs to keep every thread busy
+// (one adapter shared by a whole batch): each piece reads the adapter once for all its tokens.
+// Prefill-sized runs: the two-op path, which splits the work inside a run.
 void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink,
                            const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs, float* tmp,
                            int64_t ldt) {
   if (nsegs == 0) return;
-  // Runs: maximal stretches of segments covering the same tokens. Encoded as first segment.
-  items_.clear();
-  for (int s = 0; s < nsegs; s++)
-    if (s == 0 || shrink[s].tok_start != shrink[s - 1].tok_start) items_.push_back(s);
-  const int64_t nruns = int64_t(items_.size());
-  if (nruns < pool_.size() * ThreadPool::kChunksPerThread) {
+  int64_t nruns = 0, tokens = 0, longest = 0;
+  for (int s = 0; s < nsegs; s++) {
+    if (s > 0 && shrink[s].tok_start == shrink[s - 1].tok_start) continue;
+    nruns++;
+    tokens += shrink[s].tok_count;
+    longest = std::max<int64_t>(longest, shrink[s].tok_count);
+  }
+  if (longest > kPieceRunTokens) {
     lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt);
     int nmod = 0;
     for (int s = 0; s < nsegs; s++) nmod = std::max(nmod, module[s] + 1);
@@ -298,22 +306,39 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
     }
     return;
   }
-  items_.push_back(nsegs);  // end marker: run r is segments [items_[r], items_[r + 1])
-  const int64_t* runs = items_.data();
+  // Pieces: (first segment of the run, first token, last token), 3 int64 each. Tokens per piece:
+  // a whole run when runs are plenty, else enough pieces for two per thread.
+  const int64_t want = int64_t(pool_.size()) * 2;
+  const int64_t per_piece = nruns >= want ? kShrinkChunk : std::max<int64_t>(1, (tokens + want - 1) / want);
+  items_.clear();
+  for (int s = 0; s < nsegs; s++) {
+    if (s > 0 && shrink[s].tok_start == shrink[s - 1].tok_start) continue;
+    const int64_t end = shrink[s].tok_start + shrink[s].tok_count;
+    for (int64_t t = shrink[s].tok_start; t < end; t += per_piece) {
+      items_.push_back(s);
+      items_.push_back(t);
+      items_.push_back(std::min(end, t + per_piece));
+    }
+  }
+  const int64_t npieces = int64_t(items_.size()) / 3;
+  const int64_t* pieces = items_.data();
   pool_.run([&](int chunk, int nchunks) {
-    int64_t r0, r1;
-    split_range(nruns, nchunks, chunk, 1, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-      const int64_t s0 = runs[r], s1 = runs[r + 1];
-      const LoraSegment& run = shrink[s0];
+    int64_t p0, p1;
+    split_range(npieces, nchunks, chunk, 1, &p0, &p1);
+    for (int64_t p = p0; p < p1; p++) {
+      const int64_t s0 = pieces[3 * p], first = pieces[3 * p + 1], last = pieces[3 * p + 2];
+      int64_t s1 = s0 + 1;
+      while (s1 < nsegs && shrink[s1].tok_start == shrink[s0].tok_start) s1++;
+      // The next piece's run, when it is another run: its first A and Bt are prefetched as this
+      // one computes (the next piece of the same run reads what this one just read).
+      const int64_t ns0 = p + 1 < p1 && pieces[3 * (p + 1)] != s0 ? pieces[3 * (p + 1)] : -1;
       for (int64_t s = s0; s < s1; s++) {
-        // Prefetch the next A of this run, or the first of the next run.
-        const LoraSegment* next = s + 1 < s1 ? &shrink[s + 1] : r + 1 < r1 ? &shrink[runs[r + 1]] : nullptr;
+        const LoraSegment* next = s + 1 < s1 ? &shrink[s + 1] : ns0 >= 0 ? &shrink[ns0] : nullptr;
         const LoraSegment& sg = shrink[s];
-        if (run.tok_count == 1 && (!next || next->dtype == sg.dtype)) {
-          // A decode row: one token against its own A.
-          const float* xt = x + run.tok_start * ldx;
-          float* tt = tmp + run.tok_start * ldt;
+        if (last - first == 1 && (!next || next->dtype == sg.dtype)) {
+          // One token against its A (a decode row, or a one-token piece).
+          const float* xt = x + first * ldx;
+          float* tt = tmp + first * ldt;
           switch (sg.dtype) {
             case DType::F32: shrink_token<DType::F32>(xt, K, sg, next, tt); break;
             case DType::BF16: shrink_token<DType::BF16>(xt, K, sg, next, tt); break;
@@ -321,28 +346,28 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
             case DType::Q8: break;  // adapters stay in their dtype, never int8
           }
         } else {
-          shrink_tokens(x, ldx, K, sg, run.tok_start, run.tok_start + run.tok_count, next, tmp, ldt);
+          shrink_tokens(x, ldx, K, sg, first, last, next, tmp, ldt);
         }
       }
       for (int64_t s = s0; s < s1; s++) {
         const LoraOutput& o = outs[module[s]];
         // The Bt this thread expands next (this run's next module, or the next run's first),
         // prefetched as this one is applied (same dtype: the model's).
-        const int64_t ns = s + 1 < s1 ? s + 1 : r + 1 < r1 ? runs[r + 1] : -1;
+        const int64_t ns = s + 1 < s1 ? s + 1 : ns0;
         const LoraSegment& e = expand[s];
         const bool pf = ns >= 0 && expand[ns].w != e.w && expand[ns].dtype == e.dtype;
         // The next Bt is one contiguous run of rank * N_next weights: count it in rows of this
         // Bt's width, which is what expand_token steps through.
         const void* pw = pf ? expand[ns].w : nullptr;
         const int pr = pf ? int((expand[ns].rank * outs[module[ns]].N + o.N - 1) / o.N) : 0;
-        for (int64_t t = e.tok_start; t < e.tok_start + e.tok_count; t++) {
+        for (int64_t t = first; t < last; t++) {
           float c[128];  // scale · the token's low-rank activations
           for (int i = 0; i < e.rank; i++) c[i] = e.scale * tmp[t * ldt + e.col + i];
-          const bool first = t == e.tok_start;
+          const bool lead = t == first;
           switch (e.dtype) {
-            case DType::F32: expand_token<DType::F32>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
-            case DType::BF16: expand_token<DType::BF16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
-            case DType::F16: expand_token<DType::F16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, first ? pw : nullptr, pr); break;
+            case DType::F32: expand_token<DType::F32>(c, e.w, e.rank, o.N, o.y + t * o.ldy, lead ? pw : nullptr, pr); break;
+            case DType::BF16: expand_token<DType::BF16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, lead ? pw : nullptr, pr); break;
+            case DType::F16: expand_token<DType::F16>(c, e.w, e.rank, o.N, o.y + t * o.ldy, lead ? pw : nullptr, pr); break;
             case DType::Q8: break;  // adapters stay in their dtype, never int8
           }
         }
