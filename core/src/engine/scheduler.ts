@@ -69,6 +69,8 @@ export interface StepPlan {
  *    the sequence's whole known length. A prompt larger than the budget is admitted with a first
  *    chunk; the first ready waiting sequence that does not fit stops admission (no overtaking, so
  *    a long prompt is not starved by short ones).
+ * 4. The step's rows are ordered by LoRA slot (stable), so each adapter's rows form one run of
+ *    tokens and the runner reads its weights once per projection (see `tryPlan`).
  */
 export class Scheduler {
   private readonly allocator: KvBlockAllocator
@@ -236,7 +238,10 @@ export class Scheduler {
       rows.push(buildRow(seq, chunk, this.vocabSize, wantsHeads(seq, asks)))
       budget -= chunk
     }
-    return rows
+    // Rows of one adapter side by side (stable: admission order within it), so the runner sees
+    // one run of tokens per adapter and reads each adapter's weights once per projection, however
+    // many rows use it (Punica's SGMV segments), rather than once per row.
+    return rows.sort(byLoraSlot)
   }
 
   /**
@@ -399,4 +404,8 @@ function wantsHeads(seq: Sequence, asks: HeadsAsks): boolean {
     asks.wants.set(seq.policyKey, yes)
   }
   return yes
+}
+
+function byLoraSlot(a: PlannedRow, b: PlannedRow): number {
+  return a.row.loraSlot - b.row.loraSlot
 }

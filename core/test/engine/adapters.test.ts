@@ -46,6 +46,45 @@ t.test('rows carry the adapter slot; adapters change the output; mixed batches w
   await engine.close()
 })
 
+t.test('rows of one adapter are side by side in a step, each adapter in admission order', async (t) => {
+  const { engine, runner } = await startEngine()
+  const x = await engine.loadAdapter(localAdapter('x'))
+  const y = await engine.loadAdapter(localAdapter('y'))
+  // Submitted interleaved: x, base, y, x, base, y.
+  const adapters = [x, null, y, x, null, y]
+  const prompts = adapters.map((_, i) => [3, i + 1])
+  const results = await Promise.all(
+    adapters.map((adapter, i) =>
+      collect(engine.submit(makeRequest({ inputIds: prompts[i]!, maxNewTokens: 4, adapter }))),
+    ),
+  )
+  for (const [s, batch] of runner.batches.entries()) {
+    const slots = batch.map((r) => r.loraSlot)
+    t.same(
+      slots,
+      [...slots].sort((a, b) => a - b),
+      `step ${s}: rows grouped by adapter (${slots.join(' ')})`,
+    )
+  }
+  t.same(
+    runner.batches[0]!.map((r) => [r.loraSlot, r.tokens[1]]),
+    [
+      [-1, 2],
+      [-1, 5],
+      [0, 1],
+      [0, 4],
+      [1, 3],
+      [1, 6],
+    ],
+    'within an adapter, admission order',
+  )
+  results.forEach((events, i) => {
+    const slot = adapters[i] === null ? -1 : adapters[i] === x ? 0 : 1
+    t.same(idsOf(events), fakeGreedy(prompts[i]!, slot, V, 4), `request ${i}: its own output`)
+  })
+  await engine.close()
+})
+
 t.test('unload waits for the requests holding the adapter; the handle is then invalid', async (t) => {
   const { engine, runner } = await startEngine({ stepDelayMs: 2 })
   const x = await engine.loadAdapter(localAdapter('x'))
