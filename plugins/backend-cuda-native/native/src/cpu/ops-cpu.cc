@@ -490,10 +490,11 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
       const float* row = x + t * ld;
       int32_t* ids = out + t * K;
       int filled = 0;
-      for (int64_t i = 0; i < V; i++) {
+      // Insert row[i] into the sorted best K (ties keep the lower index first).
+      auto offer = [&](int64_t i) {
         const float v = row[i];
-        if (filled == K && !(v > vals[size_t(K - 1)])) continue;
-        if (std::isnan(v)) continue;
+        if (filled == K && !(v > vals[size_t(K - 1)])) return;
+        if (std::isnan(v)) return;
         int j = filled < K ? filled++ : K - 1;
         for (; j > 0 && v > vals[size_t(j - 1)]; j--) {
           vals[size_t(j)] = vals[size_t(j - 1)];
@@ -501,7 +502,18 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
         }
         vals[size_t(j)] = v;
         ids[j] = int32_t(i);
+      };
+      int64_t i = 0;
+      for (; i < V && filled < K; i++) offer(i);
+      // Full: only values above the K-th best matter, and after the first few hundred a block of
+      // 8 rarely holds one, so blocks are skipped by one compare (NaN compares false: skipped, as
+      // offer skips it).
+      for (; i + 8 <= V; i += 8) {
+        const __m256 above = _mm256_cmp_ps(_mm256_loadu_ps(row + i), _mm256_set1_ps(vals[size_t(K - 1)]), _CMP_GT_OQ);
+        if (_mm256_movemask_ps(above) == 0) continue;
+        for (int64_t u = i; u < i + 8; u++) offer(u);
       }
+      for (; i < V; i++) offer(i);
       for (int j = filled; j < K; j++) ids[j] = -1;
     }
   });
