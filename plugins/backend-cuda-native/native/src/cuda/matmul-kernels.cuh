@@ -50,7 +50,7 @@ template <DType DT, int TOK>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
                                                                 int64_t N, int64_t K, const float* bias, float* y,
                                                                 int64_t ldy, bool accumulate) {
-  LOOM_SHARED(float[TOK][kGemvKTile], xs);  // 16-byte aligned: float4 reads
+  LOOM_SHARED_ALIGN16(float[TOK][kGemvKTile], xs);  // float4 reads
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * TOK;
   const int tn = T - t0 < TOK ? int(T - t0) : TOK;
@@ -201,11 +201,13 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
 // 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows or k past the end).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// "memory": the compiler must not move shared-memory accesses across these (today a __syncthreads
+// beside each also stops it, but that is the kernel's layout, not these helpers' contract).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 #endif
 
 // Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
@@ -216,9 +218,9 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
                                                                 const uint16_t* w, int64_t N, int64_t K,
                                                                 const float* bias, float* y, int64_t ldy,
                                                                 bool accumulate) {
-  LOOM_SHARED(uint16_t[2][kBM][kBK + kPad], xh);  // 16-byte aligned: cp.async targets
-  LOOM_SHARED(uint16_t[2][kBM][kBK + kPad], xl);
-  LOOM_SHARED(uint16_t[2][kBN][kBK + kPad], ws);
+  LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xh);  // cp.async targets
+  LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xl);
+  LOOM_SHARED_ALIGN16(uint16_t[2][kBN][kBK + kPad], ws);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const int wm = warp >> 1, wn = warp & 1;  // this warp's 32x32 quarter of the tile

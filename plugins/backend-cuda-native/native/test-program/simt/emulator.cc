@@ -63,6 +63,7 @@ struct Fiber {
 struct Barrier {
   uint64_t gen = 0;
   int arrived = 0, live = 0;
+  int members = 0;  // threads the group started with (a warp: 32, or fewer in a partial last warp)
   // One arrival; true when it completes the barrier (which then releases everyone).
   bool arrive() {
     if (++arrived < live) return false;
@@ -136,8 +137,12 @@ void run_block(Launch& L, const dim3& block_idx) {
   L.fibers.assign(size_t(n), Fiber{});
   L.block_barrier = Barrier{0, 0, n};
   L.warp_barriers.assign(size_t(warps), Barrier{});
-  for (int w = 0; w < warps; w++) L.warp_barriers[size_t(w)].live = std::min(32, n - 32 * w);
-  std::fill(L.smem.begin(), L.smem.end(), uint8_t(0xA5));  // stale bytes, not zeros: CUDA gives no zeros
+  for (int w = 0; w < warps; w++)
+    L.warp_barriers[size_t(w)].live = L.warp_barriers[size_t(w)].members = std::min(32, n - 32 * w);
+  // Stale bytes, not zeros (CUDA gives no zeros): 0xFF reads as NaN in every float type and -1 as
+  // an integer, so a read of shared memory no thread wrote poisons the result instead of passing
+  // as a tiny number.
+  std::fill(L.smem.begin(), L.smem.end(), uint8_t(0xFF));
   L.statics.clear();
   L.or_accumulator = 0;
   L.or_generation = UINT64_MAX;
@@ -189,7 +194,7 @@ void* block_static(const void* key, size_t bytes, size_t align) {
     if (k == key) return mem.get();
   if (align > 16) fail("__shared__ alignment above 16 bytes");
   L.statics.emplace_back(key, std::unique_ptr<uint8_t[]>(new uint8_t[bytes]));  // new[] aligns to 16
-  std::memset(L.statics.back().second.get(), 0xA5, bytes);
+  std::memset(L.statics.back().second.get(), 0xFF, bytes);  // see run_block's fill
   return L.statics.back().second.get();
 }
 
@@ -223,6 +228,9 @@ void sync_warp() {
   Launch& L = *g_launch;
   Fiber& f = *L.cur;
   Barrier& b = L.warp_barriers[size_t(f.warp)];
+  // A full-warp shuffle (every one the kernels use) after some lanes returned is undefined on a
+  // GPU: the exited lanes' values are garbage, or the warp hangs.
+  if (b.live < b.members) fail("a warp shuffle after lanes of the warp exited");
   f.wait_gen = b.gen;
   b.arrive();
   f.wait = Wait::kWarp;
