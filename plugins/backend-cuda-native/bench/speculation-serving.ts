@@ -4,7 +4,8 @@
  * rows without heads), and prompt lookup alone — and the same traffic sent to each through the
  * HTTP routes (`app.inject`): base, `kjv` and `devil` requests interleaved, sequential and 8 (and
  * 32) concurrent, greedy and seeded sampling, plus prompt lookup on a prompt that repeats itself.
- * Within a round both servers run the scenario back to back (which goes first alternates), and the
+ * Within a round both servers run the scenario back to back (which goes first alternates;
+ * sequential scenarios alternate request by request, so a request's two times are close), and the
  * round's speed-up per adapter is the time without speculation over the time with it (same
  * tokens). A cell is the median of those per-round ratios, with their range: on a shared 2-core
  * host the same 190 decode steps took 0.3 to 1.2 s from one minute to the next (2026-11-26), so
@@ -192,18 +193,34 @@ async function main(): Promise<void> {
         // Alternate which server goes first.
         const order = round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const)
         const results: Partial<Record<'off' | 'on', Result[]>> = {}
-        for (const which of order) {
-          const started = performance.now()
-          results[which] = await run(servers[which === 'off' ? 'off' : s.mode], s)
-          // Concurrent requests overlap: attribute the scenario's wall time to adapters by their
-          // share of request time.
-          const wall = performance.now() - started
-          const total = results[which]!.reduce((n, r) => n + r.ms, 0)
-          s.requests.forEach((r, i) => {
-            const key = r.adapter ?? 'base'
-            const share = s.concurrency === 1 ? results[which]![i]!.ms : (wall * results[which]![i]!.ms) / total
-            time[which].set(key, (time[which].get(key) ?? 0) + share)
-          })
+        const serverOf = (which: 'off' | 'on'): LoomServer => servers[which === 'off' ? 'off' : s.mode]
+        if (s.concurrency === 1) {
+          // Sequential traffic alternates the servers request by request (the order flipping
+          // each time), so the two times of a request are a fraction of a second apart.
+          results.off = []
+          results.on = []
+          for (const [i, r] of s.requests.entries()) {
+            const pair: readonly ('off' | 'on')[] = i % 2 === 0 ? order : [order[1], order[0]]
+            for (const which of pair) {
+              const result = await generate(serverOf(which), r)
+              results[which]!.push(result)
+              const key = r.adapter ?? 'base'
+              time[which].set(key, (time[which].get(key) ?? 0) + result.ms)
+            }
+          }
+        } else {
+          for (const which of order) {
+            const started = performance.now()
+            results[which] = await run(serverOf(which), s)
+            // Concurrent requests overlap: attribute the scenario's wall time to adapters by
+            // their share of request time.
+            const wall = performance.now() - started
+            const total = results[which]!.reduce((n, r) => n + r.ms, 0)
+            s.requests.forEach((r, i) => {
+              const key = r.adapter ?? 'base'
+              time[which].set(key, (time[which].get(key) ?? 0) + (wall * results[which]![i]!.ms) / total)
+            })
+          }
         }
         s.requests.forEach((r, i) => {
           const same = results.off![i]!.ids.join(',') === results.on![i]!.ids.join(',')
