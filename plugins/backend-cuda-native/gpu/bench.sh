@@ -30,6 +30,7 @@ mkdir -p "$build"
 nvcc=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 total=${LOOM_BENCH_TOTAL:-450}
 log=${LOOM_BENCH_LOG:-$build/bench.log}
+mkdir -p "$(dirname "$log")"
 
 {
   echo "== GPU"
@@ -43,8 +44,8 @@ cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -
 
 echo "== build (sm_$cap, $build)" | tee -a "$log"
 cmake -S "$here/../native/test-program" -B "$build" -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \
-  -DCMAKE_CUDA_COMPILER="$nvcc" > "$build/configure.log" || { cat "$build/configure.log"; exit 1; }
-cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 || { tail -n 60 "$build/build.log"; exit 1; }
+  -DCMAKE_CUDA_COMPILER="$nvcc" > "$build/configure.log" || { tee -a "$log" < "$build/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 || { tail -n 60 "$build/build.log" | tee -a "$log"; exit 1; }
 built=$(( $(date +%s) - started ))
 echo "built in ${built}s" | tee -a "$log"
 
@@ -54,8 +55,9 @@ left=$(( total - built - 60 ))
 [ "$left" -lt 120 ] && left=120
 echo "== benchmark (measurement budget ${left}s)" | tee -a "$log"
 status=0
-"$build/loom-native-test" --bench --device cuda --require cuda --threads "$(nproc)" --bench-seconds "$left" "$@" \
-  2>&1 | tee -a "$log" || status=$?  # pipefail: the program's status (tee does not fail)
+# A hard stop past the budget (a hung kernel must not spend the session's GPU time): exit 124.
+timeout $(( left + 180 )) "$build/loom-native-test" --bench --device cuda --require cuda --threads "$(nproc)" \
+  --bench-seconds "$left" "$@" 2>&1 | tee -a "$log" || status=$?  # pipefail: the program's status (tee does not fail)
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader | sed 's/^/after: /' |
   tee -a "$log"
 echo "== $( [ $status -eq 0 ] && echo DONE || echo FAILED ) in $(( $(date +%s) - started ))s (output also in $log)" |

@@ -37,10 +37,11 @@ echo "built in $(( $(date +%s) - started ))s"
 
 echo "== a. cuda kernels vs the reference"
 status=0
-"$build/loom-native-test" --device cuda --require cuda --threads "$(nproc)" "${seeds[@]}" || status=$?
+# Hard stops (a hung kernel must not spend the session's GPU time): exit 124 counts as a failure.
+timeout 300 "$build/loom-native-test" --device cuda --require cuda --threads "$(nproc)" "${seeds[@]}" || status=$?
 
 echo "== b. whole models, cuda vs cpu"
-"$build/loom-native-test" --models real --device cuda --baseline cpu --require cuda --threads "$(nproc)" \
+timeout 300 "$build/loom-native-test" --models real --device cuda --baseline cpu --require cuda --threads "$(nproc)" \
   --steps 20 || status=$?
 
 echo "== $( [ $status -eq 0 ] && echo PASSED || echo FAILED ) in $(( $(date +%s) - started ))s"
