@@ -184,8 +184,7 @@ export class Scheduler {
       if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
     }
     const trees = speculate ? this.planTrees(decoders, speculation) : null
-    // While the policy finds plain decoding faster for a key, its plain rows skip the heads too (no
-    // draft), prefill rows included: at a batch size where no tree can pay, no row runs heads.
+    // Whether plain rows run their heads: asked once per key (see `wantsHeads`).
     const asks: HeadsAsks = {
       speculation: speculate ? speculation : null,
       batchSize,

@@ -435,7 +435,9 @@ export class AdaptiveTreePolicy {
       return best
     })
     if (groups.length === 1 && otherRows === 0) return alone
-    const step = { groups, curves, fit, otherRows, otherWork }
+    let plainWork = otherWork
+    for (const g of groups) plainWork += g.rows
+    const step = { groups, curves, fit, otherRows, otherWork, cost0: fit.a + fit.b * plainWork }
     const fromPlain = ascend(
       step,
       groups.map(() => 0),
@@ -518,22 +520,21 @@ interface StepShape {
   readonly fit: { readonly a: number; readonly b: number }
   readonly otherRows: number
   readonly otherWork: number
+  /** The step's cost with every row decoding plainly. */
+  readonly cost0: number
 }
 
 /** The step's tokens per ms with sizes `ks`, or -1 when a row would be slower than plain. */
-function stepRate({ groups, curves, fit, otherRows, otherWork }: StepShape, ks: readonly number[]): number {
-  let plainWork = otherWork
+function stepRate({ groups, curves, fit, otherRows, otherWork, cost0 }: StepShape, ks: readonly number[]): number {
   let tokens = otherRows
   let work = otherWork
   let plain = otherRows > 0
   for (let i = 0; i < groups.length; i++) {
     const { rows } = groups[i]!
-    plainWork += rows
     tokens += rows * curves[i]!.expected[ks[i]!]!
     work += rows * curves[i]!.work[ks[i]!]!
     if (ks[i] === 0) plain = true
   }
-  const cost0 = fit.a + fit.b * plainWork
   const cost = fit.a + fit.b * work
   if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
   for (let i = 0; i < groups.length; i++) {

@@ -30,10 +30,10 @@ constexpr int kShrinkChunk = 24;
 // is read and written half as often. Cache-hot distinct-adapter LoRA time at batch 32 went
 // from ~4.9 to ~4.2 ms (f32) and ~3.9 to ~3.3 ms (bf16) a step.
 constexpr int kShrinkGroup = 8;
+constexpr int kExpandGroup = 8;  // tokens per shrink work item (a multiple of the 8-token kernel)
 // lora_apply: runs up to this many tokens (decode rows of one adapter, short prompts) are applied
 // in pieces, shrink and expand on one thread; longer ones (prefill) by the two-op path.
 constexpr int64_t kPieceRunTokens = 64;
-constexpr int kExpandGroup = 8;  // tokens per shrink work item (a multiple of the 8-token kernel)
 
 // Prefetch `bytes` from p into L1: the weights the next work item will stream, issued while the
 // current item computes. Decode rows with distinct adapters are 1-token items that each read
@@ -307,7 +307,7 @@ void CpuDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSeg
     return;
   }
   // Pieces: (first segment of the run, first token, last token), 3 int64 each. Tokens per piece:
-  // a whole run when runs are plenty, else enough pieces for two per thread.
+  // up to kShrinkChunk when runs are plenty, else few enough for two pieces per thread.
   const int64_t want = int64_t(pool_.size()) * 2;
   const int64_t per_piece = nruns >= want ? kShrinkChunk : std::max<int64_t>(1, (tokens + want - 1) / want);
   items_.clear();

@@ -272,10 +272,7 @@ void attend_one(const float* qv, float scale, const float* kc, const float* vc, 
     for (int j = 0; j < row.n; j++)
       if (row.tree_mask[i * row.n + j] == 0) score[row.cache_len + j] = -INFINITY;
   }
-  __m256 mx8 = _mm256_set1_ps(-INFINITY);
-  for (c = 0; c + 8 <= len; c += 8) mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(score + c));
-  float mx = hmax256(mx8);
-  for (; c < len; c++) mx = std::max(mx, score[c]);
+  const float mx = row_max(score, len, -INFINITY);
   const __m256 mv = _mm256_set1_ps(mx);
   __m256 sumv = _mm256_setzero_ps();
   c = 0;

@@ -42,13 +42,6 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline float hmax256(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // The horizontal sums of 8 vectors as one vector: out[u] = Σ lanes of a[u]. Two rounds of
 // pairwise hadd leave each vector's two 128-bit halves' sums side by side; the last add joins them.
 inline __m256 hsum8x8(const __m256* a) {
