@@ -88,7 +88,7 @@ inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLay
     const int64_t k = p * 64;
     const bool full = k + 64 <= K;  // else the last pair holds one block
     if (pf) {
-      for (int64_t o = p * pf_step; o < (p + 1) * pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+      for (int64_t o = p * pf_step; o < (p + 1) * pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
     }
 #pragma GCC unroll 3
     for (int r = 0; r < kRows; r++) {
@@ -130,11 +130,22 @@ void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const X
   }
 }
 
-// Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks).
+// Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks; 1, 4
+// and 8 measured slower at batch 1). Into L2 (T1), not L1: a batch-1 step was ~2% faster, as the
+// L1 fill buffers stay free for the demand loads of the block being dotted.
 constexpr int64_t kQ8PrefetchBlocks = 2;
 // From this many tokens (a prompt's prefill) Q8 rows in multiples of 16 go to AMX int8 tiles
 // where the CPU has them (matmul-q8-amx.cc; same arithmetic, exact integer sums).
 constexpr int64_t kQ8AmxMinTokens = 64;
+// Up to this many activation values (tokens × K) the caller quantises x itself: a decode step's
+// few rows take well under a microsecond, less than a pool region's hand-off and barrier.
+constexpr int64_t kQ8InlineQuantizeElems = 16384;
+// Up to this many tokens the step is DRAM-bound and each thread takes two contiguous runs of row
+// blocks, not kChunksPerThread: longer sequential streams for the prefetchers. With the L2
+// prefetch, int8 batch-1 steps of the demo-sized model were 5-7% faster (one process, steps
+// alternating); 16 runs per thread measured 5-10% slower.
+constexpr int64_t kQ8StreamingTokens = 4;
+constexpr int kQ8StreamingChunksPerThread = 2;
 
 }  // namespace
 
@@ -155,20 +166,24 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
   uint8_t* xq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq_.data()) + 63) & ~uintptr_t(63));
   int8_t* xv = reinterpret_cast<int8_t*>(xq + vnni_bytes);
   float* dxs = reinterpret_cast<float*>(xq + vnni_bytes + ttiles * nb * 512);
-  pool_.run([&](int chunk, int nchunks) {
-    int64_t t0, t1;
-    split_range(T, nchunks, chunk, 1, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
+  if (!amx && T * L.K <= kQ8InlineQuantizeElems) {
+    for (int64_t t = 0; t < T; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
+  } else {
+    pool_.run([&](int chunk, int nchunks) {
+      int64_t t0, t1;
+      split_range(T, nchunks, chunk, 1, &t0, &t1);
+      for (int64_t t = t0; t < t1; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
 #if LOOM_AMX_INT8
-    if (amx) {
-      int64_t a0, a1;
-      split_range(ttiles, nchunks, chunk, 1, &a0, &a1);
-      for (int64_t tt = a0; tt < a1; tt++)
-        amx_q8_pack_tokens(x + tt * 16 * ldx, std::min<int64_t>(16, T - tt * 16), ldx, L.K, xv + tt * nb * 512,
-                           dxs + tt * nb * 16);
-    }
+      if (amx) {
+        int64_t a0, a1;
+        split_range(ttiles, nchunks, chunk, 1, &a0, &a1);
+        for (int64_t tt = a0; tt < a1; tt++)
+          amx_q8_pack_tokens(x + tt * 16 * ldx, std::min<int64_t>(16, T - tt * 16), ldx, L.K, xv + tt * nb * 512,
+                             dxs + tt * nb * 16);
+      }
 #endif
-  });
+    });
+  }
   constexpr int64_t kAmxBlock = int64_t(1) << 39;  // flag bit of a work item: 32 rows on AMX tiles
   blocks_.clear();
   for (int j = 0; j < njobs; j++) {
@@ -215,7 +230,7 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
         store_tile(out, tn, nrows, job, t, n0, accumulate);
       }
     }
-  });
+  }, T <= kQ8StreamingTokens ? pool_.size() * kQ8StreamingChunksPerThread : 0);
 }
 
 #endif  // LOOM_AVX512_VNNI
