@@ -13,6 +13,7 @@
         "native/src/device-factory.cc",
         "native/src/runtime/thread-pool.cc",
         "native/src/runtime/weights.cc",
+        "native/src/runtime/huge-page-arena.cc",
         "native/src/runtime/quantize-q8.cc",
         "native/src/reference/kernels-ref.cc",
         "native/src/reference/sampler-ref.cc",

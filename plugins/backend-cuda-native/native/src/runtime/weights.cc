@@ -88,17 +88,13 @@ Status MappedWeights::vector_f32(const std::string& name, int64_t n, std::vector
   return Status::Ok();
 }
 
-void MappedWeights::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
-
 Status MappedWeights::to_q8(WeightView* w, const std::string& name) {
   LOOM_RETURN_IF_ERROR(check_q8_quantizable(*w, name));
   const int64_t bytes = weight_bytes(DType::Q8, w->rows, w->cols);
-  // 64-byte aligned (whole cache lines for the kernels' streams), rounded up as aligned_alloc asks.
-  uint8_t* p = static_cast<uint8_t*>(std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64)));
+  uint8_t* p = q8_copies_.allocate(bytes);  // in 2 MB pages: the decode step streams it
   if (p == nullptr)
     return Status::Error("model_invalid", "out of host memory for the int8 copy of " + name + " (" +
                                               std::to_string(bytes) + " bytes)");
-  owned_.emplace_back(p);
   quantize_q8_rows(w->data, w->dtype, w->rows, w->cols, p);
   w->data = p;
   w->dtype = DType::Q8;

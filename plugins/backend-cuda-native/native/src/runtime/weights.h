@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "runtime/huge-page-arena.h"
 #include "runtime/status.h"
 
 namespace loom {
@@ -52,10 +53,7 @@ class MappedWeights {
   std::vector<Mapping> maps_;
   std::vector<std::string> paths_;
   std::map<std::string, TensorDesc> index_;
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const;
-  };
-  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> owned_;  // to_q8's copies
+  HugePageArena q8_copies_;  // to_q8's copies
   Status find(const std::string& name, const TensorDesc** out) const;
 };
 

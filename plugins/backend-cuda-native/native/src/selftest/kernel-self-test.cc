@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/device-buffer.h"
+#include "runtime/huge-page-arena.h"
 #include "runtime/quantize-q8.h"
 #include "cpu/simd-config.h"
 #if LOOM_AMX_BF16
@@ -300,6 +301,40 @@ void test_matmul_q8(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
+// Where the int8 copies live (runtime/huge-page-arena.h): allocations at 64-byte boundaries that
+// never overlap (each filled with its own byte, then every byte read back), one past the 64 MB
+// chunk in a chunk of its own, a small one after it packed into that chunk's 2 MB-rounded tail.
+void test_huge_page_arena(Checker& ck) {
+  HugePageArena arena;
+  const int64_t sizes[] = {1, 63, 64, 100000, 3 << 20, int64_t(HugePageArena::kChunkBytes) + 5, 4096};
+  std::vector<std::pair<uint8_t*, int64_t>> got;
+  float misaligned = 0, missing = 0, overwritten = 0;
+  for (size_t i = 0; i < std::size(sizes); i++) {
+    uint8_t* p = arena.allocate(sizes[i]);
+    if (p == nullptr) {
+      missing += 1;
+      continue;
+    }
+    if (reinterpret_cast<uintptr_t>(p) % 64 != 0) misaligned += 1;
+    std::memset(p, int(i + 1), size_t(sizes[i]));
+    got.push_back({p, sizes[i]});
+  }
+  for (size_t i = 0; i < got.size(); i++)
+    for (int64_t b = 0; b < got[i].second; b++)
+      if (got[i].first[b] != uint8_t(i + 1)) {
+        overwritten += 1;
+        break;
+      }
+  const float zero = 0, chunks = float(arena.reserved_bytes() / int64_t(HugePageArena::kPageBytes));
+  const float expect_chunks = float((HugePageArena::kChunkBytes + HugePageArena::kChunkBytes + HugePageArena::kPageBytes) /
+                                    HugePageArena::kPageBytes);
+  ck.compare("int8 convert", "huge-page arena: allocations that failed", &missing, &zero, 1, 0, 0);
+  ck.compare("int8 convert", "huge-page arena: allocations off a 64-byte boundary", &misaligned, &zero, 1, 0, 0);
+  ck.compare("int8 convert", "huge-page arena: allocations another one overwrote", &overwritten, &zero, 1, 0, 0);
+  ck.compare("int8 convert", "huge-page arena: 2 MB pages reserved (64 MB + the 64 MB + 5 B one)", &chunks,
+             &expect_chunks, 1, 0, 0);
+}
+
 // The load-time conversion (runtime/quantize-q8.h), device-independent: every weight of random
 // f32/f16/bf16 rows within d/2 (plus f32 rounding) of its dequantised value, a known block's
 // bytes exactly, an all-zero block, and K not a multiple of 32 refused.
@@ -353,6 +388,7 @@ void test_q8_convert(Rng& rng, Checker& ck) {
   const WeightView v{odd.data(), DType::F32, 5, 48};
   const float refused = check_q8_quantizable(v, "t").ok() ? 0.0f : 1.0f, one = 1.0f;
   ck.compare("int8 convert", "K = 48 (not a multiple of 32) refused", &refused, &one, 1, 0, 0);
+  test_huge_page_arena(ck);
 }
 
 // rmsnorm, rope, silu (large |gate| reaches exp's clamps), embedding per dtype (exact), argmax
