@@ -1,5 +1,5 @@
 // The Q8 prefill matmul on AMX int8 tiles (Sapphire Rapids and newer Xeons: amx_int8), called
-// by matmul_q8 for steps of kQ8AmxMinTokens or more. Same arithmetic as the VNNI kernel: the
+// by matmul_q8 for steps of kQ8AmxMinTokens or more. Same formula as the VNNI kernel: the
 // activations quantised per 32-block to int8 (scale max|x|/127), each block's integer dot
 // product exact, scaled by dw·dx in f32. One tdpbssd takes one 32-weight block of 16 weight rows
 // (the A operand: the stored int8 values, stride one Q8 row) against 16 tokens' same block (the
