@@ -12,6 +12,11 @@
 
 namespace loom {
 
+// One piece of one (token, head) of CpuDevice::attention: its max score and Σ exp(score - max).
+struct AttnPieceSums {
+  float m, s;
+};
+
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(int threads);
@@ -76,6 +81,9 @@ class CpuDevice final : public Device {
   // Per-call work lists, kept across calls so the hot path does not allocate once warm.
   std::vector<int64_t> blocks_;
   std::vector<int64_t> items_;
+  std::vector<int64_t> piece_start_;  // attention: first work item of each (token, head) when spread
+  std::vector<float> attn_acc_;       // attention: unnormalised sums of spread pieces [items, D]
+  std::vector<AttnPieceSums> attn_sums_;  // attention: max and Σ exp of spread pieces [items]
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
   std::vector<CacheRegion> prefetch_;     // prefetch_in_next_matmul's regions (cleared by matmul)
   std::vector<int64_t> prefetch_end_;     // their cumulative byte ends

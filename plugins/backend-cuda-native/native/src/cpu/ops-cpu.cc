@@ -232,61 +232,78 @@ struct PagedRows {
   }
 };
 
-// One (token, query head) of attention for a head dim of NV 8-float vectors, the query and the
-// output accumulator held in registers: scores over the visible cache indices (a causal row
-// stops at the token itself: the rest of a prefill row is masked, and half of a long prompt's
-// work went to entries that became 0), softmax, then Σ p_c V_c. Semantics as Device::attention
-// for that pair; score [len + 8] scratch, o [D] output.
+// A row's cache positions are split into pieces of kKeyPiece keys at absolute positions
+// [j·kKeyPiece, (j+1)·kKeyPiece). A (token, query head) whose visible keys fit one piece is
+// computed in one pass and normalised in place; a longer one gets each piece's max m, Σ exp(s-m)
+// and unnormalised Σ exp(s-m)·V, merged afterwards in piece order (merge_pieces). The pieces
+// depend only on positions, never on the batch, the row's kind or which thread runs them, so a
+// token's output is the same bits alone, in any batch, and as a plain decode row or a tree node
+// (masked keys add exact zeros; a piece with every key masked is skipped). What pieces buy is
+// parallelism: a batch-1 decode step has only Hq (token, head) pairs, and at long contexts each
+// was one thread's whole scan (9 pairs on 2 threads: 5 against 4); its pieces are spread over
+// the threads instead.
+constexpr int kKeyPiece = 256;
+
+// The sums of one piece of one (token, head) besides its Σ exp(s - max)·V [D].
+using PieceSums = AttnPieceSums;
+
+// Keys [c0, c1) of one (token, query head) for a head dim of NV 8-float vectors, the query and the
+// accumulator in registers: scores (8 keys at a time, 8 independent dot chains, then one
+// transposing reduction), the tree mask on the row's new tokens, softmax against this range's
+// max, then Σ p_c V_c. `direct` (the whole visible range in one piece): o = the normalised
+// output; else o = the unnormalised sum and *ps its max and sum. score: [c1 - c0 + 8] scratch.
 template <int NV>
-void attend_one(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row, int i,
-                int64_t E, int64_t g_off, int block_size, float* score, float* o) {
+void attend_range(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row, int i,
+                  int64_t E, int64_t g_off, int block_size, int c0, int c1, bool direct, float* score, float* o,
+                  PieceSums* ps) {
   __m256 qr[NV];
   const __m256 sc = _mm256_set1_ps(scale);
 #pragma GCC unroll 16
   for (int v = 0; v < NV; v++) qr[v] = _mm256_mul_ps(_mm256_loadu_ps(qv + 8 * v), sc);
-  const int len = row.tree_mask ? row.cache_len + row.n : row.cache_len + i + 1;
-  PagedRows keys{kc, row.block_table, E, g_off, block_size};
-  // Scores 8 keys at a time: 8 independent dot chains, then one transposing reduction gives the
-  // 8 sums in one vector (a horizontal sum per key was most of this kernel's time).
-  int c = 0;
-  for (; c + 8 <= len; c += 8) {
+  // Every sum below has the same shape whatever the range's end: keys in blocks of 8 from c0 (a
+  // multiple of 8), the last block padded with -inf scores (its missing keys re-read the last
+  // key, so nothing past the row's blocks is touched), softmax sums in 8 lanes with no scalar
+  // tail. A key's score, its lane and the order of every addition are then the same for a decode
+  // row and for a tree row whose masked keys run further: they differ only by exact zeros.
+  const int len = c1 - c0, len8 = (len + 7) & ~7;
+  PagedRows keys{kc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size};
+  const float* kr = nullptr;
+  for (int c = 0; c < len8; c += 8) {
     __m256 a[8];
 #pragma GCC unroll 8
     for (int u = 0; u < 8; u++) {
-      const float* kr = keys.next();
+      if (c + u < len) kr = keys.next();
       a[u] = _mm256_mul_ps(qr[0], _mm256_loadu_ps(kr));
 #pragma GCC unroll 16
       for (int v = 1; v < NV; v++) a[u] = _mm256_fmadd_ps(qr[v], _mm256_loadu_ps(kr + 8 * v), a[u]);
     }
     _mm256_storeu_ps(score + c, hsum8x8(a));
   }
-  for (; c < len; c++) {
-    const float* kr = keys.next();
-    __m256 a0 = _mm256_mul_ps(qr[0], _mm256_loadu_ps(kr));
-#pragma GCC unroll 16
-    for (int v = 1; v < NV; v++) a0 = _mm256_fmadd_ps(qr[v], _mm256_loadu_ps(kr + 8 * v), a0);
-    score[c] = hsum256(a0);
-  }
+  for (int c = len; c < len8; c++) score[c] = -INFINITY;
   // Tree rows: the new tokens this one may not see (a node sees itself, so one stays visible).
   if (row.tree_mask) {
-    for (int j = 0; j < row.n; j++)
-      if (row.tree_mask[i * row.n + j] == 0) score[row.cache_len + j] = -INFINITY;
+    for (int j = std::max(0, c0 - row.cache_len); j < row.n && row.cache_len + j < c1; j++)
+      if (row.tree_mask[i * row.n + j] == 0) score[row.cache_len + j - c0] = -INFINITY;
   }
-  const float mx = row_max(score, len, -INFINITY);
+  const float mx = row_max(score, len8, -INFINITY);
+  __m256 acc[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
+  if (mx == -INFINITY) {  // a piece of masked keys only: nothing to add
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + 8 * v, acc[v]);
+    if (ps) *ps = {mx, 0.0f};
+    return;
+  }
   const __m256 mv = _mm256_set1_ps(mx);
   __m256 sumv = _mm256_setzero_ps();
-  c = 0;
-  for (; c + 8 <= len; c += 8) {
+  for (int c = 0; c < len8; c += 8) {
     const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(score + c), mv));
     _mm256_storeu_ps(score + c, p);
     sumv = _mm256_add_ps(sumv, p);
   }
-  float sum = hsum256(sumv);
-  for (; c < len; c++) sum += (score[c] = score[c] == -INFINITY ? 0.0f : std::exp(score[c] - mx));
-  __m256 acc[NV];
-#pragma GCC unroll 16
-  for (int v = 0; v < NV; v++) acc[v] = _mm256_setzero_ps();
-  PagedRows values{vc, row.block_table, E, g_off, block_size};
+  const float sum = hsum256(sumv);
+  PagedRows values{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size};
   for (int cc = 0; cc < len; cc++) {
     const float* vr = values.next();
     const float p = score[cc];
@@ -295,37 +312,109 @@ void attend_one(const float* qv, float scale, const float* kc, const float* vc, 
 #pragma GCC unroll 16
     for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * v), acc[v]);
   }
-  const __m256 inv = _mm256_set1_ps(sum > 0 ? 1.0f / sum : 0.0f);
+  const __m256 inv = _mm256_set1_ps(direct ? (sum > 0 ? 1.0f / sum : 0.0f) : 1.0f);
 #pragma GCC unroll 16
-  for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + 8 * v, _mm256_mul_ps(acc[v], inv));
+  for (int v = 0; v < NV; v++) _mm256_storeu_ps(o + 8 * v, direct ? _mm256_mul_ps(acc[v], inv) : acc[v]);
+  if (ps) *ps = {mx, sum};
+}
+
+// attend_range for any head dim: the same steps with the query in an L1 buffer (qs [D]).
+void attend_range_generic(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row,
+                          int i, int64_t E, int64_t g_off, int block_size, int D, int c0, int c1, bool direct,
+                          float* score, float* qs, float* o, PieceSums* ps) {
+  for (int d = 0; d < D; d++) qs[d] = qv[d] * scale;
+  const int len = c1 - c0;
+  float mx = -INFINITY;
+  for (int c = c0; c < c1; c++) {
+    const int j = c - row.cache_len;
+    const bool visible = j < 0 || (row.tree_mask ? row.tree_mask[i * row.n + j] != 0 : j <= i);
+    if (!visible) {
+      score[c - c0] = -INFINITY;
+      continue;
+    }
+    const int64_t slot = int64_t(row.block_table[c / block_size]) * block_size + c % block_size;
+    const float v = dot_f32(qs, kc + slot * E + g_off, D);
+    score[c - c0] = v;
+    mx = std::max(mx, v);
+  }
+  std::fill(o, o + D, 0.0f);
+  if (mx == -INFINITY) {
+    if (ps) *ps = {mx, 0.0f};
+    return;
+  }
+  // The sum in 8 lanes over a -inf-padded multiple of 8, as attend_range does (same reason).
+  const int len8 = (len + 7) & ~7;
+  for (int c = len; c < len8; c++) score[c] = -INFINITY;
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 sumv = _mm256_setzero_ps();
+  for (int c = 0; c < len8; c += 8) {
+    const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(&score[c]), mv));
+    _mm256_storeu_ps(&score[c], p);
+    sumv = _mm256_add_ps(sumv, p);
+  }
+  const float sum = hsum256(sumv);
+  for (int cc = 0; cc < len; cc++) {
+    const float p = score[cc];
+    if (p == 0.0f) continue;
+    const int64_t slot = int64_t(row.block_table[(c0 + cc) / block_size]) * block_size + (c0 + cc) % block_size;
+    const float* vv = vc + slot * E + g_off;
+    const __m256 pv = _mm256_set1_ps(p);
+    int d = 0;
+    for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vv + d), _mm256_loadu_ps(o + d)));
+    for (; d < D; d++) o[d] += p * vv[d];
+  }
+  if (direct) {
+    const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+    for (int d = 0; d < D; d++) o[d] *= inv;
+  }
+  if (ps) *ps = {mx, sum};
 }
 
 using AttendFn = void (*)(const float*, float, const float*, const float*, const AttnRow&, int, int64_t, int64_t, int,
-                          float*, float*);
+                          int, int, bool, float*, float*, PieceSums*);
 
-// The register-resident version for this head dim, or null (the generic loop below).
+// The register-resident version for this head dim, or null (attend_range_generic).
 AttendFn attend_for(int D) {
   switch (D) {
-    case 32: return attend_one<4>;
-    case 48: return attend_one<6>;
-    case 64: return attend_one<8>;
-    case 80: return attend_one<10>;
-    case 96: return attend_one<12>;
-    case 128: return attend_one<16>;
+    case 32: return attend_range<4>;
+    case 48: return attend_range<6>;
+    case 64: return attend_range<8>;
+    case 80: return attend_range<10>;
+    case 96: return attend_range<12>;
+    case 128: return attend_range<16>;
     default: return nullptr;
   }
 }
 
+// o [D] = the pieces' merge: with M the largest piece max, Σ_j e^{m_j - M} acc_j / Σ_j e^{m_j - M} s_j,
+// in piece order (pieces of masked keys only, m = -inf, skipped). acc: [npieces, D].
+void merge_pieces(const PieceSums* ps, const float* acc, int npieces, int D, float* o) {
+  float M = -INFINITY;
+  for (int j = 0; j < npieces; j++) M = std::max(M, ps[j].m);
+  std::fill(o, o + D, 0.0f);
+  if (M == -INFINITY) return;
+  float S = 0.0f;
+  for (int j = 0; j < npieces; j++) {
+    if (ps[j].m == -INFINITY) continue;
+    const float f = std::exp(ps[j].m - M);
+    S += f * ps[j].s;
+    for (int d = 0; d < D; d++) o[d] += f * acc[int64_t(j) * D + d];
+  }
+  const float inv = S > 0 ? 1.0f / S : 0.0f;
+  for (int d = 0; d < D; d++) o[d] *= inv;
+}
+
 }  // namespace
 
-// Paged attention, one (token, query head) pair per work item:
-//   1. scores over every visible cache index, reading K through the block table,
-//   2. softmax with the row max subtracted (masked entries are -inf and become 0),
-//   3. the weighted sum of V rows, accumulated in an L1-resident [D] buffer.
-// Head dims of 32-128 in steps of 16 take attend_one (query and accumulator in registers, a
-// causal row's masked tail skipped). GQA: query head h reads KV head h / (Hq / Hkv). The scratch
-// is per thread and grows only when a longer context shows up, so a warm server does not
-// allocate here.
+// Paged attention per (token, query head) pair: scores over every visible cache index (K read
+// through the block table), softmax with the max subtracted (masked entries become 0), the
+// weighted sum of V rows. Pairs whose visible keys span several kKeyPiece pieces are computed
+// piece by piece and merged (see kKeyPiece); the pieces are the same whoever computes them. When
+// the step has few pairs with pieces (batch-1 decode at long contexts) the pieces themselves are
+// the work items, spread over the threads; otherwise a pair is one item and its thread runs its
+// pieces in turn. Head dims of 32-128 in steps of 16 keep the query and accumulator in registers.
+// GQA: query head h reads KV head h / (Hq / Hkv). Scratch is per thread (or per call for spread
+// pieces) and grows only when a longer context shows up.
 void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const void* vcache, const AttnRow* rows,
                           int nrows, const AttnShape& s, float* out) {
   if (s.kv_dtype != DType::F32) return reference_device()->attention(q, ldq, kcache, vcache, rows, nrows, s, out);
@@ -333,84 +422,126 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   const float* vc = static_cast<const float*>(vcache);
   const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
   const int64_t E = int64_t(s.num_kv_heads) * D;
-  // items_[k] = row of the k-th new token, in batch order.
-  items_.clear();
-  for (int r = 0; r < nrows; r++)
-    for (int i = 0; i < rows[r].n; i++) items_.push_back(int64_t(r) << 32 | i);
-  const int64_t total = int64_t(items_.size()) * Hq;
-  const int64_t* items = items_.data();
-  if (total == 0) return;
   const AttendFn fast = attend_for(D);
+  // Visible keys of token i of a row: a causal row's stop at the token itself (the rest of a
+  // prefill row is masked; skipping it saves half of a long prompt's work).
+  auto visible = [](const AttnRow& row, int i) { return row.tree_mask ? row.cache_len + row.n : row.cache_len + i + 1; };
+  auto pieces_of = [](int len) { return (len + kKeyPiece - 1) / kKeyPiece; };
+  // items_[k] = (row, token) of the k-th new token, in batch order; count the pieces.
+  items_.clear();
+  int64_t pieces = 0;
+  for (int r = 0; r < nrows; r++)
+    for (int i = 0; i < rows[r].n; i++) {
+      items_.push_back(int64_t(r) << 32 | i);
+      pieces += pieces_of(visible(rows[r], i));
+    }
+  const int64_t pairs = int64_t(items_.size()) * Hq;
+  const int64_t* items = items_.data();
+  if (pairs == 0) return;
+  pieces *= Hq;
+  const int nth_pool = pool_.size();
+  // Pieces as work items: when the pairs alone would leave threads idle or unbalanced.
+  const bool spread = pieces > pairs && pairs < 8 * int64_t(nth_pool) && nth_pool > 1;
 
-  auto work = [&](int tid, int nth) {
-    static thread_local std::vector<float> score;  // [cache_len + n] of the current row
-    static thread_local std::vector<float> qs;     // [D] scaled query
-    static thread_local std::vector<float> acc;    // [D] output accumulator
-    if (int64_t(qs.size()) < D) {
-      qs.resize(size_t(D));
-      acc.resize(size_t(D));
+  // One pair, all its pieces, by the calling thread: direct when one piece, else via its own
+  // scratch and merge_pieces.
+  auto run_pair = [&](int64_t it, std::vector<float>& score, std::vector<float>& qs, std::vector<float>& acc,
+                      std::vector<PieceSums>& sums) {
+    const AttnRow& row = rows[items[it / Hq] >> 32];
+    const int i = int(items[it / Hq] & 0xffffffff);
+    const int h = int(it % Hq), g = h / group;
+    const int len = visible(row, i), np = pieces_of(len);
+    const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
+    float* o = out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D;
+    const int span = std::min(len, kKeyPiece);
+    if (int64_t(score.size()) < span + 8) score.resize(size_t(span + 8));
+    if (int64_t(qs.size()) < D) qs.resize(size_t(D));
+    if (np > 1) {
+      if (int64_t(acc.size()) < int64_t(np) * D) acc.resize(size_t(np) * D);
+      if (int(sums.size()) < np) sums.resize(size_t(np));
     }
-    // Interleaved items balance causal prefill, where later tokens see more entries.
-    for (int64_t it = tid; it < total; it += nth) {
-      const AttnRow& row = rows[items[it / Hq] >> 32];
-      const int i = int(items[it / Hq] & 0xffffffff);
-      const int h = int(it % Hq), g = h / group;
-      const int len = row.cache_len + row.n;
-      if (int64_t(score.size()) < len + 8) score.resize(size_t(len + 8));
-      const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
-      if (fast) {
-        fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, score.data(),
-             out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D);
-        continue;
-      }
-      for (int d = 0; d < D; d++) qs[d] = qv[d] * s.scale;
-      // Scores; masked entries get -inf and vanish in the exp.
-      float mx = -INFINITY;
-      for (int c = 0; c < len; c++) {
-        const int j = c - row.cache_len;
-        const bool visible = c < row.cache_len || (row.tree_mask ? row.tree_mask[i * row.n + j] != 0 : j <= i);
-        if (!visible) {
-          score[c] = -INFINITY;
-          continue;
-        }
-        const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
-        const float v = dot_f32(qs.data(), kc + slot * E + int64_t(g) * D, D);
-        score[c] = v;
-        mx = std::max(mx, v);
-      }
-      // p = exp(s - max), vectorised.
-      const __m256 mv = _mm256_set1_ps(mx);
-      __m256 sumv = _mm256_setzero_ps();
-      int c = 0;
-      for (; c + 8 <= len; c += 8) {
-        const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(&score[c]), mv));
-        _mm256_storeu_ps(&score[c], p);
-        sumv = _mm256_add_ps(sumv, p);
-      }
-      float sum = hsum256(sumv);
-      for (; c < len; c++) sum += (score[c] = score[c] == -INFINITY ? 0.0f : std::exp(score[c] - mx));
-      // out = Σ p_c V_c / Σ p_c
-      std::fill(acc.begin(), acc.begin() + D, 0.0f);
-      for (int cc = 0; cc < len; cc++) {
-        const float p = score[cc];
-        if (p == 0.0f) continue;
-        const int64_t slot = int64_t(row.block_table[cc / s.block_size]) * s.block_size + cc % s.block_size;
-        const float* vv = vc + slot * E + int64_t(g) * D;
-        const __m256 pv = _mm256_set1_ps(p);
-        int d = 0;
-        for (; d + 8 <= D; d += 8)
-          _mm256_storeu_ps(&acc[d], _mm256_fmadd_ps(pv, _mm256_loadu_ps(vv + d), _mm256_loadu_ps(&acc[d])));
-        for (; d < D; d++) acc[d] += p * vv[d];
-      }
-      float* o = out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D;
-      const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-      for (int d = 0; d < D; d++) o[d] = acc[d] * inv;
+    for (int j = 0; j < np; j++) {
+      const int c0 = j * kKeyPiece, c1 = std::min(len, c0 + kKeyPiece);
+      float* dst = np == 1 ? o : acc.data() + int64_t(j) * D;
+      PieceSums* ps = np == 1 ? nullptr : &sums[size_t(j)];
+      if (fast)
+        fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, c0, c1, np == 1, score.data(), dst, ps);
+      else
+        attend_range_generic(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, D, c0, c1, np == 1,
+                             score.data(), qs.data(), dst, ps);
     }
+    if (np > 1) merge_pieces(sums.data(), acc.data(), np, D, o);
   };
-  if (total < 4 || pool_.size() == 1)
-    work(0, 1);
-  else
-    pool_.run(work);
+
+  if (!spread) {
+    auto work = [&](int tid, int nth) {
+      static thread_local std::vector<float> score, qs, acc;
+      static thread_local std::vector<PieceSums> sums;
+      // Interleaved items balance causal prefill, where later tokens see more entries.
+      for (int64_t it = tid; it < pairs; it += nth) run_pair(it, score, qs, acc, sums);
+    };
+    if (pairs < 4 || nth_pool == 1)
+      work(0, 1);
+    else
+      pool_.run(work);
+    return;
+  }
+
+  // Spread: work item u is piece j of (token, KV head) group gi, run for the group's query heads
+  // in turn (the piece's K and V rows stay in L2 between them: they are read from memory once).
+  // Results of pair (token, h = kvh·group + hh), piece j: attn_acc_ / attn_sums_ at
+  // piece_start_[gi]·group + hh·np + j, so each pair's pieces are contiguous for merge_pieces.
+  const int Hkv = s.num_kv_heads;
+  const int64_t ngroups = int64_t(items_.size()) * Hkv;
+  piece_start_.resize(size_t(ngroups + 1));
+  piece_start_[0] = 0;
+  for (int64_t gi = 0; gi < ngroups; gi++) {
+    const AttnRow& row = rows[items[gi / Hkv] >> 32];
+    piece_start_[size_t(gi + 1)] = piece_start_[size_t(gi)] + pieces_of(visible(row, int(items[gi / Hkv] & 0xffffffff)));
+  }
+  const int64_t units = piece_start_[size_t(ngroups)];
+  if (int64_t(attn_acc_.size()) < units * group * D) attn_acc_.resize(size_t(units * group * D));
+  if (int64_t(attn_sums_.size()) < units * group) attn_sums_.resize(size_t(units * group));
+  const int64_t* starts = piece_start_.data();
+  pool_.run([&](int tid, int nth) {
+    static thread_local std::vector<float> score, qs;
+    if (int64_t(score.size()) < kKeyPiece + 8) score.resize(size_t(kKeyPiece + 8));
+    if (int64_t(qs.size()) < D) qs.resize(size_t(D));
+    int64_t gi = 0;
+    for (int64_t u = tid; u < units; u += nth) {
+      while (starts[gi + 1] <= u) gi++;
+      const AttnRow& row = rows[items[gi / Hkv] >> 32];
+      const int i = int(items[gi / Hkv] & 0xffffffff);
+      const int g = int(gi % Hkv);
+      const int len = visible(row, i), np = int(starts[gi + 1] - starts[gi]), j = int(u - starts[gi]);
+      const int c0 = j * kKeyPiece, c1 = std::min(len, c0 + kKeyPiece);
+      for (int hh = 0; hh < group; hh++) {
+        const int h = g * group + hh;
+        const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
+        const int64_t at = starts[gi] * group + int64_t(hh) * np + j;
+        const bool direct = np == 1;
+        float* dst = direct ? out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D : attn_acc_.data() + at * D;
+        PieceSums* ps = direct ? nullptr : &attn_sums_[size_t(at)];
+        if (fast)
+          fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, c0, c1, direct, score.data(), dst, ps);
+        else
+          attend_range_generic(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, D, c0, c1, direct,
+                               score.data(), qs.data(), dst, ps);
+      }
+    }
+  });
+  for (int64_t gi = 0; gi < ngroups; gi++) {
+    const int np = int(starts[gi + 1] - starts[gi]);
+    if (np == 1) continue;
+    const AttnRow& row = rows[items[gi / Hkv] >> 32];
+    const int i = int(items[gi / Hkv] & 0xffffffff);
+    for (int hh = 0; hh < group; hh++) {
+      const int64_t at = starts[gi] * group + int64_t(hh) * np;
+      const int h = int(gi % Hkv) * group + hh;
+      merge_pieces(attn_sums_.data() + at, attn_acc_.data() + at * D, np, D,
+                   out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D);
+    }
+  }
 }
 
 // First maximum per row (ties pick the lower index, like the reference and numpy): the row's

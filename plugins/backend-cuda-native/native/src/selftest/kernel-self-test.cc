@@ -540,6 +540,8 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // device keeps another KV dtype, in that one (the caches rounded to it; see test_kv_dtypes).
 // Then long histories (600-2000 entries) under a few short rows: where the cuda device splits a
 // row's keys across blocks and merges the splits.
+void test_attention_tree_is_plain(Device* dev, Checker& ck);
+
 void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   struct Heads {
     int hq, hkv, d;
@@ -606,6 +608,48 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
                           {{"rows", nrows}, {"T", T}, {"Hq", hs.hq}, {"Hkv", hs.hkv}, {"D", hs.d}, {"bs", bs}}),
                      out[0].data(), out[1].data(), out_n, 1e-5, 1e-4);
         }
+  test_attention_tree_is_plain(dev, ck);
+}
+
+// Speculation is lossless only if a token's attention is the same bits as a plain decode row
+// and as a node of a verification tree: node i of a chain tree at cache_len L against a decode
+// row at cache_len L + i, over the same cache, at lengths that cross the cpu kernel's key-piece
+// boundaries (every 256 positions; a node just before one sees a masked-only piece after it).
+// Its own seed, so the seeded grid of the other families is unchanged. The cpu kernel only, for
+// now: the cuda kernels (decode rows split over KV blocks, tree rows flash-style) sum in
+// different orders, 4-5e-8 apart at cache_len 509 and 1020 on the SIMT emulator.
+void test_attention_tree_is_plain(Device* dev, Checker& ck) {
+  if (std::string(dev->name()) != "cpu") return;
+  Rng rng{0x5eed};
+  const int hq = 9, hkv = 3, D = 64, bs = 16, n = 5;
+  const int64_t E = int64_t(hkv) * D, ldq = int64_t(hq) * D + 2 * E;
+  for (int L : {100, 252, 254, 509, 1020, 1500}) {
+    const int blocks = (L + n + bs - 1) / bs;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    for (int b = 0; b < blocks; b++) table[size_t(b)] = blocks - 1 - b;  // not in order
+    const auto kc = randn(rng, size_t(blocks) * bs * E), vc = randn(rng, size_t(blocks) * bs * E);
+    const auto q = randn(rng, size_t(n * ldq), 2.0f);
+    std::vector<uint8_t> mask(size_t(n * n));
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < n; j++) mask[size_t(i * n + j)] = j <= i;
+    auto kb = put(dev, kc), vb = put(dev, vc), qb = put(dev, q);
+    auto tb = put(dev, table);
+    auto mb = put(dev, mask);
+    const AttnShape shape{hq, hkv, D, bs, float(1.0 / std::sqrt(double(D))), DType::F32};
+    auto tree_out = put(dev, std::vector<float>(size_t(n) * hq * D));
+    const AttnRow tree{0, n, L, tb.data(), mb.data()};
+    dev->attention(qb.data(), ldq, kb.data(), vb.data(), &tree, 1, shape, tree_out.data());
+    const auto tree_host = get(dev, tree_out, size_t(n) * hq * D);
+    for (int i = 0; i < n; i++) {
+      auto plain_out = put(dev, std::vector<float>(size_t(hq) * D));
+      const AttnRow plain{0, 1, L + i, tb.data(), nullptr};
+      dev->attention(qb.data() + i * ldq, ldq, kb.data(), vb.data(), &plain, 1, shape, plain_out.data());
+      const auto plain_host = get(dev, plain_out, size_t(hq) * D);
+      ck.compare("attention", "tree node " + std::to_string(i) + " at cache_len " + std::to_string(L) +
+                                  " is the decode row's bits",
+                 tree_host.data() + size_t(i) * hq * D, plain_host.data(), plain_host.size(), 0, 0);
+    }
+  }
 }
 
 // The adapters of one LoRA case on both sides: each pool weight (A [r, K] or Bt [r, N]) is
