@@ -24,6 +24,10 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 }
 
 // Reduce TN × kRows accumulators into out [TN * kRows], 4 at a time in the flattened [t][i] order.
+// The last 1-3 go through hsum4 too, beside zero vectors: each sum is then added up in hsum4's
+// order whatever its place in the tile, so a token's outputs are the same bits in a tile of 1
+// (alone) as in a tile of 8 (a batch, a tree row). _mm512_reduce_add_ps adds in another order, and
+// using it for the leftovers made batch-1 results differ from batched ones by ~1e-7.
 template <int TN>
 inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
   constexpr int n = TN * kRows;
@@ -32,8 +36,16 @@ inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
   for (; j + 4 <= n; j += 4)
     _mm_storeu_ps(out + j, hsum4(acc[j / kRows][j % kRows], acc[(j + 1) / kRows][(j + 1) % kRows],
                                  acc[(j + 2) / kRows][(j + 2) % kRows], acc[(j + 3) / kRows][(j + 3) % kRows]));
-#pragma GCC unroll 4
-  for (; j < n; j++) out[j] = _mm512_reduce_add_ps(acc[j / kRows][j % kRows]);
+  if constexpr (n % 4 != 0) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 r[3] = {z, z, z};
+#pragma GCC unroll 3
+    for (int k = 0; k < n % 4; k++) r[k] = acc[(j + k) / kRows][(j + k) % kRows];
+    float tail[4];
+    _mm_storeu_ps(tail, hsum4(r[0], r[1], r[2], z));
+#pragma GCC unroll 3
+    for (int k = 0; k < n % 4; k++) out[j + k] = tail[k];
+  }
 }
 
 #endif  // LOOM_AVX512

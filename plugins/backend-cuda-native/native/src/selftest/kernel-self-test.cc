@@ -276,6 +276,8 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // 3-row block; T from one decode row to two token tiles and a prefill (70). Random x is held to
 // the int8-rounding allowance, int8-representable x to the f32 tolerance. Not on cuda: Q8 is a
 // cpu option for now (the model refuses it there at load).
+void test_matmul_batch_invariant(Device* dev, Checker& ck);
+
 void test_matmul_q8(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   if (std::string(dev->name()) == "cuda") return;
   for (int64_t K : {576, 896, 1536, 2048, 32, 96, 864})
@@ -299,6 +301,7 @@ void test_matmul_q8(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         }
         matmul_case(dev, ref, rng, ck, "matmul int8", DType::Q8, T, K, bytes, deq, Ns, kind);
       }
+  test_matmul_batch_invariant(dev, ck);
 }
 
 // Where the int8 copies live (runtime/huge-page-arena.h): allocations at 64-byte boundaries that
@@ -333,6 +336,45 @@ void test_huge_page_arena(Checker& ck) {
   ck.compare("int8 convert", "huge-page arena: allocations another one overwrote", &overwritten, &zero, 1, 0, 0);
   ck.compare("int8 convert", "huge-page arena: 2 MB pages reserved (64 MB + the 64 MB + 5 B one)", &chunks,
              &expect_chunks, 1, 0, 0);
+}
+
+// A token's outputs are the same bits whatever else is in its step: token 0 of a T-token matmul
+// against the same token alone, for f32 and bf16 weights below the vdpbf16ps threshold and int8
+// below the AMX one (those paths change the arithmetic on purpose: see cpu-device.h and
+// matmul-q8-cpu.cc). Batch invariance and lossless speculation (a tree row is a bigger step than
+// the decode row it replaces) rest on it. Its own seed; the cpu device only for now: the cuda
+// matmul picks GEMV or tensor-core GEMM by the step's size.
+void test_matmul_batch_invariant(Device* dev, Checker& ck) {
+  if (std::string(dev->name()) != "cpu") return;
+  Rng rng{0xba7c4};
+  const int64_t K = 576, N = 131, ldx = K + 5;
+  for (DType dt : {DType::F32, DType::BF16, DType::Q8}) {
+    const TestWeight w = make_weight(rng, DType::F32, N, K, 0.05f);
+    std::vector<uint8_t> bytes;
+    if (dt == DType::Q8) {
+      bytes.resize(size_t(weight_bytes(DType::Q8, N, K)));
+      quantize_q8_rows(w.f32.data(), DType::F32, N, K, bytes.data());
+    } else {
+      bytes = to_dtype(w.f32, dt);
+    }
+    auto wb = put(dev, bytes.data(), bytes.size());
+    const auto x = randn(rng, size_t(15 * ldx));
+    auto xb = put(dev, x);
+    std::vector<float> alone;
+    for (int64_t T : {1, 2, 3, 5, 8, 9, 15}) {
+      auto yb = put(dev, std::vector<float>(size_t(T * N)));
+      const MatmulJob job{{wb.data(), dt, N, K}, nullptr, yb.data(), N};
+      dev->matmul(xb.data(), T, ldx, &job, 1, false);
+      const auto y = get(dev, yb, size_t(T * N));
+      if (T == 1) {
+        alone = y;
+        continue;
+      }
+      ck.compare("matmul", std::string("matmul ") + dtype_name(dt) + " token 0 of " + std::to_string(T) +
+                               " is its batch-1 bits",
+                 y.data(), alone.data(), size_t(N), 0, 0);
+    }
+  }
 }
 
 // The load-time conversion (runtime/quantize-q8.h), device-independent: every weight of random
