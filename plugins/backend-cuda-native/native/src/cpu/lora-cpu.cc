@@ -16,10 +16,12 @@
 #include "cpu/intrinsics.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "cpu/cpu-device.h"
 #include "cpu/simd-config.h"
+#include "cpu/tile-reduce.h"
 
 namespace loom {
 namespace {
@@ -57,6 +59,14 @@ template <DType DT>
 inline VecF vloadw(const void* p, int64_t i) {
   if constexpr (DT == DType::F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
+  if constexpr (DT == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+// vloadw of the lanes in m only (the rest 0): a row's K % 16 tail.
+template <DType DT>
+inline VecF vloadw_masked(const void* p, int64_t i, __mmask16 m) {
+  if constexpr (DT == DType::F32) return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i);
   if constexpr (DT == DType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   return _mm512_cvtph_ps(h);
 }
@@ -119,8 +129,10 @@ inline void axpy_rows(const float* c, const void* bt, int64_t r0, int64_t N, flo
     for (int i = 0; i < NR; i++) acc = vfma(cv[i], vloadw<DT>(bt, (r0 + i) * N + n), acc);
     vstoref(y + n, acc);
   }
+  // Fused, as the vector lanes are: a column's sum is the same bits whichever lane or tail
+  // computes it (expand_columns splits N at other places).
   for (; n < N; n++)
-    for (int i = 0; i < NR; i++) y[n] += c[i] * loadw1<DT>(bt, (r0 + i) * N + n);
+    for (int i = 0; i < NR; i++) y[n] = std::fma(c[i], loadw1<DT>(bt, (r0 + i) * N + n), y[n]);
 }
 
 // One token's expand by one segment, rank rows in groups of kExpandGroup. c: the token's R
@@ -144,27 +156,30 @@ void expand_token(const float* c, const void* bt, int rank, int64_t N, float* y,
 }
 
 // Expand of output features [n0, n1) of one token: 2 vectors of outputs in registers while every
-// rank row is accumulated, then one update of y. Bt rows are read at stride N (the few-segment
-// path, where each thread owns a column range and the Bt slice stays in cache across tokens).
+// rank row is accumulated, then one store. Bt rows are read at stride N (the few-segment path,
+// where each thread owns a column range and the Bt slice stays in cache across tokens). The sum
+// is expand_token's, in its order (y, then + (scale·c_r)·Bt[r] for r = 0, 1, ..., fused), so a
+// token's output is the same bits on either path.
 template <DType DT>
 void expand_columns(const float* c, float scale, const void* bt, int rank, int64_t N, int64_t n0, int64_t n1,
                     float* y) {
+  float cs[128];  // scale · the token's low-rank activations, as expand_token gets them
+  for (int r = 0; r < rank; r++) cs[r] = scale * c[r];
   int64_t n = n0;
-  const VecF sc = vset1(scale);
   for (; n + 2 * kLanes <= n1; n += 2 * kLanes) {
-    VecF a0 = vset1(0.0f), a1 = vset1(0.0f);
+    VecF a0 = vloadf(y + n), a1 = vloadf(y + n + kLanes);
     for (int r = 0; r < rank; r++) {
-      const VecF cr = vset1(c[r]);
+      const VecF cr = vset1(cs[r]);
       a0 = vfma(cr, vloadw<DT>(bt, int64_t(r) * N + n), a0);
       a1 = vfma(cr, vloadw<DT>(bt, int64_t(r) * N + n + kLanes), a1);
     }
-    vstoref(y + n, vfma(sc, a0, vloadf(y + n)));
-    vstoref(y + n + kLanes, vfma(sc, a1, vloadf(y + n + kLanes)));
+    vstoref(y + n, a0);
+    vstoref(y + n + kLanes, a1);
   }
   for (; n < n1; n++) {
-    float acc = 0;
-    for (int r = 0; r < rank; r++) acc += c[r] * loadw1<DT>(bt, int64_t(r) * N + n);
-    y[n] += scale * acc;
+    float acc = y[n];
+    for (int r = 0; r < rank; r++) acc = std::fma(cs[r], loadw1<DT>(bt, int64_t(r) * N + n), acc);
+    y[n] = acc;
   }
 }
 
@@ -186,6 +201,12 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
 }
 // Semantics: for i < NR: out[i] = Σ_k x[k] * A[r0 + i, k]   (one token, NR rows of A at once: NR
 // independent accumulator chains, so the loop is bound by loads rather than FMA latency).
+//
+// With AVX-512 each out[i] is the same bits as the matmul micro-kernel's (dot_rows, which the
+// multi-token shrink uses): lanes accumulate k ≡ lane (mod 16), the K % 16 tail is a masked FMA
+// into the same lanes, and the lanes are summed in hsum4's order. So a token's LoRA output does
+// not depend on whether its run was shrunk one token at a time or in a tile (that choice follows
+// the batch: see lora_apply), and a Medusa tree row matches the decode row it replaces.
 template <DType DT, int NR>
 inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, float* out) {
   VecF acc[NR];
@@ -196,11 +217,28 @@ inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, fl
 #pragma GCC unroll 8
     for (int i = 0; i < NR; i++) acc[i] = vfma(vloadw<DT>(a, (r0 + i) * K + k), xv, acc[i]);
   }
+#if LOOM_AVX512
+  if (k < K) {
+    const __mmask16 m = __mmask16((1u << (K - k)) - 1);
+    const VecF xv = _mm512_maskz_loadu_ps(m, x + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < NR; i++) acc[i] = vfma(vloadw_masked<DT>(a, (r0 + i) * K + k, m), xv, acc[i]);
+  }
+  const VecF z = vset1(0.0f);
+  int i = 0;
+  for (; i + 4 <= NR; i += 4) _mm_storeu_ps(out + i, hsum4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
+  if (i < NR) {
+    float tail[4];
+    _mm_storeu_ps(tail, hsum4(acc[i], i + 1 < NR ? acc[i + 1] : z, i + 2 < NR ? acc[i + 2] : z, z));
+    for (int j = i; j < NR; j++) out[j] = tail[j - i];
+  }
+#else
   for (int i = 0; i < NR; i++) {
     float v = vreduce(acc[i]);
     for (int64_t kk = k; kk < K; kk++) v += x[kk] * loadw1<DT>(a, (r0 + i) * K + kk);
     out[i] = v;
   }
+#endif
 }
 
 // One token's shrink by one segment: tmp[col + r] = Σ_k x[k] * A[r, k] for r < R, kShrinkGroup
