@@ -28,17 +28,18 @@ async function generate(
   server: LoomServer,
   inputs: string,
   parameters: object,
-): Promise<{ status: number; ids: number[]; skipped: number; body: unknown }> {
+): Promise<{ status: number; ids: number[]; logprobs: number[]; skipped: number; body: unknown }> {
   const res = await server.app.inject({
     method: 'POST',
     url: '/generate',
     payload: { inputs, parameters: { details: true, max_new_tokens: 24, ...parameters } },
   })
-  const body = res.json() as { details?: { tokens: { id: number }[]; skipped_tokens: number } }
-  if (res.statusCode !== 200) return { status: res.statusCode, ids: [], skipped: 0, body }
+  const body = res.json() as { details?: { tokens: { id: number; logprob: number }[]; skipped_tokens: number } }
+  if (res.statusCode !== 200) return { status: res.statusCode, ids: [], logprobs: [], skipped: 0, body }
   return {
     status: 200,
     ids: body.details!.tokens.map((tok) => tok.id),
+    logprobs: body.details!.tokens.map((tok) => tok.logprob),
     skipped: body.details!.skipped_tokens,
     body,
   }
@@ -89,6 +90,12 @@ t.test('a LoRA with its own Medusa heads: loaded, validated, counted, lossless',
   const got = await Promise.all(requests.map((r) => generate(server, r.inputs, r.parameters)))
   requests.forEach((r, i) =>
     t.same(got[i]!.ids, expected[i]!.ids, `mixed, request ${i} (${JSON.stringify(r.parameters)})`),
+  )
+  // Lossless to the bit on the cpu device (f32 weights): a tree node's logits are its decode
+  // row's, whatever shares the step (backend-cuda-native README, "Same bits alone, batched and
+  // speculated"), so every reported logprob is the plain server's exactly.
+  requests.forEach((r, i) =>
+    t.strictSame(got[i]!.logprobs, expected[i]!.logprobs, `mixed, request ${i}: the same logprobs, bit for bit`),
   )
   t.equal(
     expected.reduce((n, g) => n + g.skipped, 0),
