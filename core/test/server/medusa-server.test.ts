@@ -46,6 +46,7 @@ async function startServer(dir: string, modelDir: string, speculation: object | 
 interface Generated {
   status: number
   ids: number[]
+  logprobs: number[]
   skipped: number
   error: { error: string; error_type: string } | null
 }
@@ -56,12 +57,15 @@ async function generate(server: LoomServer, inputs: string, parameters: object):
     url: '/generate',
     payload: { inputs, parameters: { details: true, max_new_tokens: 20, ...parameters } },
   })
-  if (res.statusCode !== 200) return { status: res.statusCode, ids: [], skipped: 0, error: res.json() }
-  const body = res.json() as { details: { tokens: { id: number; skipped: boolean }[]; skipped_tokens: number } }
+  if (res.statusCode !== 200) return { status: res.statusCode, ids: [], logprobs: [], skipped: 0, error: res.json() }
+  const body = res.json() as {
+    details: { tokens: { id: number; logprob: number; skipped: boolean }[]; skipped_tokens: number }
+  }
   const ids = body.details.tokens.map((tok) => tok.id)
+  const logprobs = body.details.tokens.map((tok) => tok.logprob)
   if (body.details.tokens.filter((tok) => tok.skipped).length !== body.details.skipped_tokens)
     throw new Error('skipped_tokens disagrees with the skipped flags')
-  return { status: 200, ids, skipped: body.details.skipped_tokens, error: null }
+  return { status: 200, ids, logprobs, skipped: body.details.skipped_tokens, error: null }
 }
 
 t.test('default and per-request Medusa over /generate', async (t) => {
@@ -129,6 +133,10 @@ t.test('default and per-request Medusa over /generate', async (t) => {
   const got = await Promise.all(requests.map((r) => generate(medusa, r.inputs, r.parameters)))
   requests.forEach((r, i) =>
     t.same(got[i]!.ids, expected[i]!.ids, `request ${i} (${r.parameters.adapter_id ?? 'base'})`),
+  )
+  // Lossless to the bit on the cpu device: verified tokens carry their decode rows' logprobs.
+  requests.forEach((r, i) =>
+    t.strictSame(got[i]!.logprobs, expected[i]!.logprobs, `request ${i}: the same logprobs, bit for bit`),
   )
   t.equal(
     expected.reduce((n, g) => n + g.skipped, 0),

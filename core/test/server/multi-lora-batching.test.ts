@@ -41,8 +41,12 @@ t.test('mixed-adapter batches give each request its solo output', async (t) => {
       payload: { inputs, parameters: { details: true, ...parameters } },
     })
     if (res.statusCode !== 200) t.fail(`HTTP ${res.statusCode}: ${res.body}`)
-    const body = res.json() as { generated_text: string; details: { tokens: { id: number }[] } }
-    return { text: body.generated_text, ids: body.details.tokens.map((tok) => tok.id) }
+    const body = res.json() as { generated_text: string; details: { tokens: { id: number; logprob: number }[] } }
+    return {
+      text: body.generated_text,
+      ids: body.details.tokens.map((tok) => tok.id),
+      logprobs: body.details.tokens.map((tok) => tok.logprob),
+    }
   }
 
   const requests = [
@@ -63,6 +67,9 @@ t.test('mixed-adapter batches give each request its solo output', async (t) => {
       `${(r.parameters as { adapter_id?: string }).adapter_id ?? 'base'}: batched tokens equal solo tokens`,
     )
     t.equal(together[i]!.ids.length, 12)
+    // The cpu device computes a row's logits the same bits whatever shares its step (backend
+    // README, "Same bits alone, batched and speculated"), so the logprobs match exactly too.
+    t.strictSame(together[i]!.logprobs, alone[i]!.logprobs, 'batched logprobs equal solo ones, bit for bit')
   }
   // The adapters must actually change the output, or the comparison above proves little.
   const distinct = new Set(alone.slice(0, 6).map((a) => a.ids.join(',')))
@@ -85,6 +92,7 @@ t.test('mixed-adapter batches give each request its solo output', async (t) => {
     ),
   ])
   t.same(crowd[0]!.ids, solo.ids, 'same seed: same tokens alone and in a batch of 16')
+  t.strictSame(crowd[0]!.logprobs, solo.logprobs, 'and the same logprobs, bit for bit')
   t.equal(crowd[0]!.text, solo.text)
   const otherSeed = await generate('Once upon a time', { ...sampled, seed: 4321 })
   t.not(otherSeed.ids.join(','), solo.ids.join(','), 'another seed samples differently')
