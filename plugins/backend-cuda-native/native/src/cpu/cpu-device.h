@@ -81,9 +81,11 @@ class CpuDevice final : public Device {
   // Per-call work lists, kept across calls so the hot path does not allocate once warm.
   std::vector<int64_t> blocks_;
   std::vector<int64_t> items_;
-  std::vector<int64_t> piece_start_;  // attention: first work item of each (token, head) when spread
-  std::vector<float> attn_acc_;       // attention: unnormalised sums of spread pieces [items, D]
-  std::vector<AttnPieceSums> attn_sums_;  // attention: max and Σ exp of spread pieces [items]
+  // attention, pieces spread over the threads: the first work item of each (token, KV head), and
+  // each (work item, query head of the group)'s unnormalised Σ p·V [D] and its max and Σ exp.
+  std::vector<int64_t> piece_start_;
+  std::vector<float> attn_acc_;
+  std::vector<AttnPieceSums> attn_sums_;
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
   std::vector<CacheRegion> prefetch_;     // prefetch_in_next_matmul's regions (cleared by matmul)
   std::vector<int64_t> prefetch_end_;     // their cumulative byte ends
