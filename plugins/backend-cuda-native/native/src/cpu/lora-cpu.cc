@@ -225,13 +225,9 @@ inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, fl
     for (int i = 0; i < NR; i++) acc[i] = vfma(vloadw_masked<DT>(a, (r0 + i) * K + k, m), xv, acc[i]);
   }
   const VecF z = vset1(0.0f);
-  int i = 0;
-  for (; i + 4 <= NR; i += 4) _mm_storeu_ps(out + i, hsum4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]));
-  if (i < NR) {
-    float tail[4];
-    _mm_storeu_ps(tail, hsum4(acc[i], i + 1 < NR ? acc[i + 1] : z, i + 2 < NR ? acc[i + 2] : z, z));
-    for (int j = i; j < NR; j++) out[j] = tail[j - i];
-  }
+  for (int i = 0; i < NR; i += 4)
+    hsum_upto4(acc[i], i + 1 < NR ? acc[i + 1] : z, i + 2 < NR ? acc[i + 2] : z, i + 3 < NR ? acc[i + 3] : z,
+               std::min(4, NR - i), out + i);
 #else
   for (int i = 0; i < NR; i++) {
     float v = vreduce(acc[i]);

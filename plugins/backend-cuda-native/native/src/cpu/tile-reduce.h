@@ -23,6 +23,16 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
 }
 
+// out[i] = Σ lanes of the i-th of (a, b, c, d) for i < n (1..4), always in hsum4's order (the
+// vectors past n are ignored: pass zeros). Every horizontal sum that must come out the same bits
+// on another path (a tile of another size, the one-token LoRA shrink) goes through here.
+inline void hsum_upto4(__m512 a, __m512 b, __m512 c, __m512 d, int n, float* out) {
+  if (n == 4) return _mm_storeu_ps(out, hsum4(a, b, c, d));
+  float s[4];
+  _mm_storeu_ps(s, hsum4(a, b, c, d));
+  for (int i = 0; i < n; i++) out[i] = s[i];
+}
+
 // Reduce TN × kRows accumulators into out [TN * kRows], 4 at a time in the flattened [t][i] order.
 // The last 1-3 go through hsum4 too, beside zero vectors: each sum is then added up in hsum4's
 // order whatever its place in the tile, so a token's outputs are the same bits in a tile of 1
@@ -41,10 +51,7 @@ inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
     __m512 r[3] = {z, z, z};
 #pragma GCC unroll 3
     for (int k = 0; k < n % 4; k++) r[k] = acc[(j + k) / kRows][(j + k) % kRows];
-    float tail[4];
-    _mm_storeu_ps(tail, hsum4(r[0], r[1], r[2], z));
-#pragma GCC unroll 3
-    for (int k = 0; k < n % 4; k++) out[j + k] = tail[k];
+    hsum_upto4(r[0], r[1], r[2], z, n % 4, out + j);
   }
 }
 
