@@ -84,6 +84,8 @@ class CpuDevice final : public Device {
   // attention, pieces spread over the threads: the first work item of each (token, KV head), and
   // each (work item, query head of the group)'s unnormalised Σ p·V [D] and its max and Σ exp.
   std::vector<int64_t> piece_start_;
+  // attention: each new token's visible keys, and a tree node's visible new tokens (VisibleRows).
+  std::vector<int32_t> attn_len_, attn_newk_at_, attn_newk_;
   std::vector<float> attn_acc_;
   std::vector<AttnPieceSums> attn_sums_;
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists

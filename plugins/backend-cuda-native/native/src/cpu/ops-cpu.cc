@@ -232,6 +232,26 @@ struct PagedRows {
   }
 };
 
+// The keys one query of a row sees, in position order: the cache [0, cache_len), then its row's
+// new tokens — all up to itself for a causal row, its tree ancestors and itself for a tree row
+// (`newk`: their indices among the row's tokens, increasing). Key c of that list is the key at
+// position c, wherever the tree put it in the cache, so a tree node walks exactly the keys, in
+// the same order, as the decode row of its token after the branch is accepted and compacted.
+struct VisibleRows {
+  PagedRows paged;      // sequential over the cache part, from the first key asked for
+  const int32_t* newk;  // null: causal (new token j is key cache_len + j)
+  int cache_len, c;
+  const float* next() {
+    if (newk == nullptr || c < cache_len) {
+      c++;
+      return paged.next();
+    }
+    const int64_t idx = cache_len + newk[c++ - cache_len];
+    return paged.cache + (int64_t(paged.table[idx / paged.block_size]) * paged.block_size + idx % paged.block_size) *
+                             paged.stride + paged.offset;
+  }
+};
+
 // A row's cache positions are split into pieces of kKeyPiece keys at absolute positions
 // [j·kKeyPiece, (j+1)·kKeyPiece). A (token, query head) whose visible keys fit one piece is
 // computed in one pass and normalised in place; a longer one gets each piece's max m, Σ exp(s-m)
@@ -249,13 +269,13 @@ using PieceSums = AttnPieceSums;
 
 // Keys [c0, c1) of one (token, query head) for a head dim of NV 8-float vectors, the query and the
 // accumulator in registers: scores (8 keys at a time, 8 independent dot chains, then one
-// transposing reduction), the tree mask on the row's new tokens, softmax against this range's
-// max, then Σ p_c V_c. `direct` (the whole visible range in one piece): o = the normalised
+// transposing reduction) over the query's visible keys c0..c1-1 (VisibleRows), softmax against
+// this range's max, then Σ p_c V_c. `direct` (the whole visible range in one piece): o = the normalised
 // output; else o = the unnormalised sum and *ps its max and sum. score: [c1 - c0 + 8] scratch.
 template <int NV>
-void attend_range(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row, int i,
-                  int64_t E, int64_t g_off, int block_size, int c0, int c1, bool direct, float* score, float* o,
-                  PieceSums* ps) {
+void attend_range(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row,
+                  const int32_t* newk, int64_t E, int64_t g_off, int block_size, int c0, int c1, bool direct,
+                  float* score, float* o, PieceSums* ps) {
   __m256 qr[NV];
   const __m256 sc = _mm256_set1_ps(scale);
 #pragma GCC unroll 16
@@ -266,7 +286,7 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
   // tail. A key's score, its lane and the order of every addition are then the same for a decode
   // row and for a tree row whose masked keys run further: they differ only by exact zeros.
   const int len = c1 - c0, len8 = (len + 7) & ~7;
-  PagedRows keys{kc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size};
+  VisibleRows keys{{kc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   const float* kr = nullptr;
   for (int c = 0; c < len8; c += 8) {
     __m256 a[8];
@@ -280,11 +300,6 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
     _mm256_storeu_ps(score + c, hsum8x8(a));
   }
   for (int c = len; c < len8; c++) score[c] = -INFINITY;
-  // Tree rows: the new tokens this one may not see (a node sees itself, so one stays visible).
-  if (row.tree_mask) {
-    for (int j = std::max(0, c0 - row.cache_len); j < row.n && row.cache_len + j < c1; j++)
-      if (row.tree_mask[i * row.n + j] == 0) score[row.cache_len + j - c0] = -INFINITY;
-  }
   const float mx = row_max(score, len8, -INFINITY);
   __m256 acc[NV];
 #pragma GCC unroll 16
@@ -303,7 +318,7 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
     sumv = _mm256_add_ps(sumv, p);
   }
   const float sum = hsum256(sumv);
-  PagedRows values{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size};
+  VisibleRows values{{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int cc = 0; cc < len; cc++) {
     const float* vr = values.next();
     const float p = score[cc];
@@ -320,20 +335,14 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
 
 // attend_range for any head dim: the same steps with the query in an L1 buffer (qs [D]).
 void attend_range_generic(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row,
-                          int i, int64_t E, int64_t g_off, int block_size, int D, int c0, int c1, bool direct,
-                          float* score, float* qs, float* o, PieceSums* ps) {
+                          const int32_t* newk, int64_t E, int64_t g_off, int block_size, int D, int c0, int c1,
+                          bool direct, float* score, float* qs, float* o, PieceSums* ps) {
   for (int d = 0; d < D; d++) qs[d] = qv[d] * scale;
   const int len = c1 - c0;
   float mx = -INFINITY;
+  VisibleRows keys{{kc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int c = c0; c < c1; c++) {
-    const int j = c - row.cache_len;
-    const bool visible = j < 0 || (row.tree_mask ? row.tree_mask[i * row.n + j] != 0 : j <= i);
-    if (!visible) {
-      score[c - c0] = -INFINITY;
-      continue;
-    }
-    const int64_t slot = int64_t(row.block_table[c / block_size]) * block_size + c % block_size;
-    const float v = dot_f32(qs, kc + slot * E + g_off, D);
+    const float v = dot_f32(qs, keys.next(), D);
     score[c - c0] = v;
     mx = std::max(mx, v);
   }
@@ -353,11 +362,11 @@ void attend_range_generic(const float* qv, float scale, const float* kc, const f
     sumv = _mm256_add_ps(sumv, p);
   }
   const float sum = hsum256(sumv);
+  VisibleRows values{{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int cc = 0; cc < len; cc++) {
+    const float* vv = values.next();
     const float p = score[cc];
     if (p == 0.0f) continue;
-    const int64_t slot = int64_t(row.block_table[(c0 + cc) / block_size]) * block_size + (c0 + cc) % block_size;
-    const float* vv = vc + slot * E + g_off;
     const __m256 pv = _mm256_set1_ps(p);
     int d = 0;
     for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vv + d), _mm256_loadu_ps(o + d)));
@@ -370,8 +379,8 @@ void attend_range_generic(const float* qv, float scale, const float* kc, const f
   if (ps) *ps = {mx, sum};
 }
 
-using AttendFn = void (*)(const float*, float, const float*, const float*, const AttnRow&, int, int64_t, int64_t, int,
-                          int, int, bool, float*, float*, PieceSums*);
+using AttendFn = void (*)(const float*, float, const float*, const float*, const AttnRow&, const int32_t*, int64_t,
+                          int64_t, int, int, int, bool, float*, float*, PieceSums*);
 
 // The register-resident version for this head dim, or null (attend_range_generic).
 AttendFn attend_for(int D) {
@@ -423,18 +432,32 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
   const int64_t E = int64_t(s.num_kv_heads) * D;
   const AttendFn fast = attend_for(D);
-  // Visible keys of token i of a row: a causal row's stop at the token itself (the rest of a
-  // prefill row is masked; skipping it saves half of a long prompt's work).
-  auto visible = [](const AttnRow& row, int i) { return row.tree_mask ? row.cache_len + row.n : row.cache_len + i + 1; };
   auto pieces_of = [](int len) { return (len + kKeyPiece - 1) / kKeyPiece; };
-  // items_[k] = (row, token) of the k-th new token, in batch order; count the pieces.
+  // items_[k] = (row, token) of the k-th new token, in batch order; attn_len_[k] its visible keys
+  // (a causal row's stop at the token itself: the rest of a prefill row is masked, and skipping
+  // it saves half of a long prompt's work); a tree node's visible new tokens (VisibleRows) from
+  // attn_newk_[attn_newk_at_[k]] (-1: causal). Count the pieces.
   items_.clear();
+  attn_len_.clear();
+  attn_newk_at_.clear();
+  attn_newk_.clear();
   int64_t pieces = 0;
   for (int r = 0; r < nrows; r++)
     for (int i = 0; i < rows[r].n; i++) {
+      const AttnRow& row = rows[r];
       items_.push_back(int64_t(r) << 32 | i);
-      pieces += pieces_of(visible(rows[r], i));
+      int len = row.cache_len + i + 1;
+      attn_newk_at_.push_back(row.tree_mask ? int32_t(attn_newk_.size()) : -1);
+      if (row.tree_mask) {
+        for (int j = 0; j < row.n; j++)
+          if (row.tree_mask[i * row.n + j] != 0) attn_newk_.push_back(j);
+        len = row.cache_len + int(attn_newk_.size() - size_t(attn_newk_at_.back()));
+      }
+      attn_len_.push_back(len);
+      pieces += pieces_of(len);
     }
+  const int32_t* newk_base = attn_newk_.data();
+  auto newk_of = [&](int64_t k) { return attn_newk_at_[size_t(k)] < 0 ? nullptr : newk_base + attn_newk_at_[size_t(k)]; };
   const int64_t pairs = int64_t(items_.size()) * Hq;
   const int64_t* items = items_.data();
   if (pairs == 0) return;
@@ -443,6 +466,17 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   // Pieces as work items: when the pairs alone would leave threads idle or unbalanced.
   const bool spread = pieces > pairs && pairs < 8 * int64_t(nth_pool) && nth_pool > 1;
 
+  // Keys [c0, c1) of token i of `row` for the query at qv (KV head g): attend_range for this head
+  // dim, or the generic loop (qs: its [D] query buffer).
+  auto attend_piece = [&](const float* qv, const AttnRow& row, const int32_t* newk, int g, int c0, int c1, bool direct,
+                          float* score, float* qs, float* dst, PieceSums* ps) {
+    if (fast)
+      fast(qv, s.scale, kc, vc, row, newk, E, int64_t(g) * D, s.block_size, c0, c1, direct, score, dst, ps);
+    else
+      attend_range_generic(qv, s.scale, kc, vc, row, newk, E, int64_t(g) * D, s.block_size, D, c0, c1, direct, score,
+                           qs, dst, ps);
+  };
+
   // One pair, all its pieces, by the calling thread: direct when one piece, else via its own
   // scratch and merge_pieces.
   auto run_pair = [&](int64_t it, std::vector<float>& score, std::vector<float>& qs, std::vector<float>& acc,
@@ -450,7 +484,8 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
     const AttnRow& row = rows[items[it / Hq] >> 32];
     const int i = int(items[it / Hq] & 0xffffffff);
     const int h = int(it % Hq), g = h / group;
-    const int len = visible(row, i), np = pieces_of(len);
+    const int len = attn_len_[size_t(it / Hq)], np = pieces_of(len);
+    const int32_t* newk = newk_of(it / Hq);
     const float* qv = q + int64_t(row.tok_start + i) * ldq + int64_t(h) * D;
     float* o = out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D;
     const int span = std::min(len, kKeyPiece);
@@ -464,11 +499,7 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
       const int c0 = j * kKeyPiece, c1 = std::min(len, c0 + kKeyPiece);
       float* dst = np == 1 ? o : acc.data() + int64_t(j) * D;
       PieceSums* ps = np == 1 ? nullptr : &sums[size_t(j)];
-      if (fast)
-        fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, c0, c1, np == 1, score.data(), dst, ps);
-      else
-        attend_range_generic(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, D, c0, c1, np == 1,
-                             score.data(), qs.data(), dst, ps);
+      attend_piece(qv, row, newk, g, c0, c1, np == 1, score.data(), qs.data(), dst, ps);
     }
     if (np > 1) merge_pieces(sums.data(), acc.data(), np, D, o);
   };
@@ -495,10 +526,8 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   const int64_t ngroups = int64_t(items_.size()) * Hkv;
   piece_start_.resize(size_t(ngroups + 1));
   piece_start_[0] = 0;
-  for (int64_t gi = 0; gi < ngroups; gi++) {
-    const AttnRow& row = rows[items[gi / Hkv] >> 32];
-    piece_start_[size_t(gi + 1)] = piece_start_[size_t(gi)] + pieces_of(visible(row, int(items[gi / Hkv] & 0xffffffff)));
-  }
+  for (int64_t gi = 0; gi < ngroups; gi++)
+    piece_start_[size_t(gi + 1)] = piece_start_[size_t(gi)] + pieces_of(attn_len_[size_t(gi / Hkv)]);
   const int64_t units = piece_start_[size_t(ngroups)];
   if (int64_t(attn_acc_.size()) < units * group * D) attn_acc_.resize(size_t(units * group * D));
   if (int64_t(attn_sums_.size()) < units * group) attn_sums_.resize(size_t(units * group));
@@ -513,7 +542,8 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
       const AttnRow& row = rows[items[gi / Hkv] >> 32];
       const int i = int(items[gi / Hkv] & 0xffffffff);
       const int g = int(gi % Hkv);
-      const int len = visible(row, i), np = int(starts[gi + 1] - starts[gi]), j = int(u - starts[gi]);
+      const int len = attn_len_[size_t(gi / Hkv)], np = int(starts[gi + 1] - starts[gi]), j = int(u - starts[gi]);
+      const int32_t* newk = newk_of(gi / Hkv);
       const int c0 = j * kKeyPiece, c1 = std::min(len, c0 + kKeyPiece);
       for (int hh = 0; hh < group; hh++) {
         const int h = g * group + hh;
@@ -522,11 +552,7 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
         const bool direct = np == 1;
         float* dst = direct ? out + int64_t(row.tok_start + i) * Hq * D + int64_t(h) * D : attn_acc_.data() + at * D;
         PieceSums* ps = direct ? nullptr : &attn_sums_[size_t(at)];
-        if (fast)
-          fast(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, c0, c1, direct, score.data(), dst, ps);
-        else
-          attend_range_generic(qv, s.scale, kc, vc, row, i, E, int64_t(g) * D, s.block_size, D, c0, c1, direct,
-                               score.data(), qs.data(), dst, ps);
+        attend_piece(qv, row, newk, g, c0, c1, direct, score.data(), qs.data(), dst, ps);
       }
     }
   });

@@ -692,6 +692,48 @@ void test_attention_tree_is_plain(Device* dev, Checker& ck) {
                  tree_host.data() + size_t(i) * hq * D, plain_host.data(), plain_host.size(), 0, 0);
     }
   }
+  // A branching tree (parents -1 0 0 1 2 3): a node's ancestors are not the slots just before it.
+  // Accepting its branch compacts their K/V into consecutive slots (the engine's kv copies); the
+  // decode row of the node's token over that cache must give the node's bits.
+  const int parent[6] = {-1, 0, 0, 1, 2, 3};
+  const int nt = 6;
+  for (int L : {37, 253, 510}) {
+    const int blocks = (L + nt + bs - 1) / bs;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    for (int b = 0; b < blocks; b++) table[size_t(b)] = blocks - 1 - b;
+    const auto kc = randn(rng, size_t(blocks) * bs * E), vc = randn(rng, size_t(blocks) * bs * E);
+    const auto q = randn(rng, size_t(nt * ldq), 2.0f);
+    std::vector<uint8_t> mask(size_t(nt * nt), 0);
+    for (int i = 0; i < nt; i++)
+      for (int a = i; a >= 0; a = parent[a]) mask[size_t(i * nt + a)] = 1;
+    auto slot = [&](int c) { return size_t(table[size_t(c / bs)]) * bs + size_t(c % bs); };
+    auto qb = put(dev, q);
+    auto tb = put(dev, table);
+    auto mb = put(dev, mask);
+    const AttnShape shape{hq, hkv, D, bs, float(1.0 / std::sqrt(double(D))), DType::F32};
+    auto kb = put(dev, kc), vb = put(dev, vc);
+    auto tree_out = put(dev, std::vector<float>(size_t(nt) * hq * D));
+    const AttnRow tree{0, nt, L, tb.data(), mb.data()};
+    dev->attention(qb.data(), ldq, kb.data(), vb.data(), &tree, 1, shape, tree_out.data());
+    const auto tree_host = get(dev, tree_out, size_t(nt) * hq * D);
+    for (int i : {4, 5}) {
+      std::vector<int> branch;  // root first
+      for (int a = i; a >= 0; a = parent[a]) branch.insert(branch.begin(), a);
+      auto kc2 = kc, vc2 = vc;
+      for (size_t d = 0; d < branch.size(); d++) {
+        std::copy_n(kc.begin() + int64_t(slot(L + branch[d]) * E), E, kc2.begin() + int64_t(slot(L + int(d)) * E));
+        std::copy_n(vc.begin() + int64_t(slot(L + branch[d]) * E), E, vc2.begin() + int64_t(slot(L + int(d)) * E));
+      }
+      auto kb2 = put(dev, kc2), vb2 = put(dev, vc2);
+      auto plain_out = put(dev, std::vector<float>(size_t(hq) * D));
+      const AttnRow plain{0, 1, L + int(branch.size()) - 1, tb.data(), nullptr};
+      dev->attention(qb.data() + i * ldq, ldq, kb2.data(), vb2.data(), &plain, 1, shape, plain_out.data());
+      const auto plain_host = get(dev, plain_out, size_t(hq) * D);
+      ck.compare("attention", "branching tree node " + std::to_string(i) + " at cache_len " + std::to_string(L) +
+                                  " is its compacted decode row's bits",
+                 tree_host.data() + size_t(i) * hq * D, plain_host.data(), plain_host.size(), 0, 0);
+    }
+  }
 }
 
 // The adapters of one LoRA case on both sides: each pool weight (A [r, K] or Bt [r, N]) is
