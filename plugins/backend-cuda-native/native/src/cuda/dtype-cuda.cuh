@@ -23,6 +23,26 @@ inline void load8(const void* w, int64_t offset, float out[8]) {
   for (int i = 0; i < 8; i++) out[i] = load_weight(w, DT, offset + i);
 }
 
+// The GEMV's two-phase weight read (matmul-kernels.cuh): 8 elements fetched raw, widened later,
+// so that a lane can have many loads in flight before the first use. Emulated: widened at once.
+template <DType DT>
+struct Raw8 {
+  float v[8];
+};
+template <DType DT>
+inline Raw8<DT> load_raw8(const void* w, int64_t offset) {
+  Raw8<DT> r;
+  for (int i = 0; i < 8; i++) r.v[i] = load_weight(w, DT, offset + i);
+  return r;
+}
+template <DType DT>
+inline void widen_raw8(const Raw8<DT>& r, float out[8]) {
+  for (int i = 0; i < 8; i++) out[i] = r.v[i];
+}
+// Read-only activation loads (x of a matmul): the L1-cached path on a GPU.
+inline float4 ldg4(const float* p) { return {p[0], p[1], p[2], p[3]}; }
+inline float ldg1(const float* p) { return *p; }
+
 template <typename C>
 inline float widen(C v);
 template <>
@@ -105,6 +125,52 @@ __device__ __forceinline__ void load8(const void* w, int64_t offset, float out[8
     widen8<DT>(v, out);
   }
 }
+
+// 16 bytes of weights streamed past L1 (read once per step: they would only evict x there).
+// Not volatile: the compiler may hoist and batch these loads, which is the point.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// The GEMV's two-phase weight read (matmul-kernels.cuh): 8 elements fetched raw (one 16-byte
+// word, two for f32), widened only when used, so a lane has many loads in flight at once.
+template <DType DT>
+struct Raw8 {
+  uint4 a;
+};
+template <>
+struct Raw8<DType::F32> {
+  uint4 a, b;
+};
+template <DType DT>
+__device__ __forceinline__ Raw8<DT> load_raw8(const void* w, int64_t offset) {
+  Raw8<DT> r;
+  if constexpr (DT == DType::F32) {
+    const float* p = static_cast<const float*>(w) + offset;
+    r.a = ld_stream16(p);
+    r.b = ld_stream16(p + 4);
+  } else {
+    r.a = ld_stream16(static_cast<const uint16_t*>(w) + offset);
+  }
+  return r;
+}
+template <DType DT>
+__device__ __forceinline__ void widen_raw8(const Raw8<DT>& r, float out[8]) {
+  if constexpr (DT == DType::F32) {
+    const uint32_t u[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) out[i] = __uint_as_float(u[i]);
+  } else {
+    widen8<DT>(r.a, out);
+  }
+}
+// Read-only activation loads (x of a matmul): through the L1 / texture path.
+__device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float ldg1(const float* p) { return __ldg(p); }
 
 // A KV cache element (f32, f16, bf16) widened to f32.
 template <typename C>

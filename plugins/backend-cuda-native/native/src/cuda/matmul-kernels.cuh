@@ -14,9 +14,7 @@
 
 namespace loom {
 
-constexpr int kGemvWarps = 8;   // warps per block
-constexpr int kGemvRows = 4;    // weight rows per warp
-constexpr int kGemvKTile = 512; // x columns staged per pass
+constexpr int kGemvWarps = 4;  // warps per block: small blocks, so even N = 1024 spreads over every SM
 constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8;  // tile; +8 halves per smem row: conflict-free fragments
 constexpr int kGemmThreads = 128;                      // 4 warps, 2 (tokens) x 2 (outputs), 32x32 each
 constexpr int kSimtTile = 64, kSimtK = 16;
@@ -32,9 +30,22 @@ inline MatmulPath matmul_path(const MatmulJob& j, int64_t T) {
   return MatmulPath::kSimt;
 }
 
-// The GEMV's grid for N rows and T tokens, and its tokens per block (a template parameter).
+// The GEMV's shape per tokens-per-block TOK: ROWS weight rows per warp (x values loaded from L1
+// are reused across them) and UNROLL 16-byte chunks per row in flight per lane before the first
+// FMA. ROWS x UNROLL x 16 bytes per lane is what keeps enough loads in flight to stream HBM at
+// batch 1 (8 loads: 4 KB per warp); more tokens need more rows per warp so that x's L1 traffic
+// (TOK x 32 bytes per chunk) stays within a few times the weights' bytes.
+template <int TOK>
+struct GemvShape {
+  static constexpr int kRows = TOK <= 2 ? 2 : 4;
+  static constexpr int kUnroll = TOK <= 2 ? 4 : 2;
+};
 inline int gemv_tokens_per_block(int64_t T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8; }
-inline unsigned gemv_grid_x(int64_t N) { return unsigned((N + kGemvWarps * kGemvRows - 1) / (kGemvWarps * kGemvRows)); }
+inline int gemv_rows_per_warp(int tok) { return tok <= 2 ? GemvShape<1>::kRows : GemvShape<4>::kRows; }
+inline unsigned gemv_grid_x(int64_t N, int tok) {
+  const int64_t rows = int64_t(kGemvWarps) * gemv_rows_per_warp(tok);
+  return unsigned((N + rows - 1) / rows);
+}
 
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
@@ -43,52 +54,70 @@ namespace {
 
 
 
-// Semantics: for t in this block's TOK tokens, n in its 32 rows: y[t*ldy+n] = (acc ? y : 0) + bias[n]
-//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/32), ceil(T/TOK)), block 256.
+// Semantics: for t in this block's TOK tokens, n in its warps' rows: y[t*ldy+n] = (acc ? y : 0)
+//   + bias[n] + Σ_k x[t*ldx+k] * W[n,k]. grid (gemv_grid_x(N, TOK), ceil(T/TOK)), block kGemvWarps*32.
 // x [T, ldx] f32, W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
+// Each warp owns ROWS consecutive rows and walks K in chunks of 8 elements per lane (256 per
+// warp): all UNROLL x ROWS weight loads of a step are issued (raw, streamed past L1) before any is
+// widened, and x is read straight from global memory (L1-resident: every warp of the SM reads the
+// same TOK rows), so no barrier ever stalls the stream. Rows past N load row N-1 and are dropped.
 template <DType DT, int TOK>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
                                                                 int64_t N, int64_t K, const float* bias, float* y,
                                                                 int64_t ldy, bool accumulate) {
-  LOOM_SHARED_ALIGN16(float[TOK][kGemvKTile], xs);  // float4 reads
+  constexpr int ROWS = GemvShape<TOK>::kRows, UNROLL = GemvShape<TOK>::kUnroll, kStep = 32 * 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * TOK;
   const int tn = T - t0 < TOK ? int(T - t0) : TOK;
-  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * kGemvRows;
-  float acc[kGemvRows][TOK];
+  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * ROWS;
+  if (n0 >= N) return;  // no barrier below: whole warps may leave
+  // float4 reads of x need 16-byte aligned rows; otherwise scalar reads (same values).
+  const bool x_vec = ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  float acc[ROWS][TOK];
 #pragma unroll
-  for (int r = 0; r < kGemvRows; r++)
+  for (int r = 0; r < ROWS; r++)
 #pragma unroll
     for (int t = 0; t < TOK; t++) acc[r][t] = 0.0f;
-  for (int64_t k0 = 0; k0 < K; k0 += kGemvKTile) {
-    const int kn = K - k0 < kGemvKTile ? int(K - k0) : kGemvKTile;
-    __syncthreads();  // the previous tile is no longer read
-    for (int i = threadIdx.x; i < TOK * kGemvKTile; i += blockDim.x) {
-      const int t = i / kGemvKTile, k = i % kGemvKTile;
-      xs[t][k] = t < tn && k < kn ? x[(t0 + t) * ldx + k0 + k] : 0.0f;
-    }
-    __syncthreads();
-    for (int kk = lane * 8; kk < kn; kk += 32 * 8) {
+  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += int64_t(kStep) * UNROLL) {
+    Raw8<DT> raw[UNROLL][ROWS];
 #pragma unroll
-      for (int r = 0; r < kGemvRows; r++) {
-        const int64_t n = n0 + r;
-        if (n >= N) break;
-        float wv[8];
-        load8<DT>(w, n * K + k0 + kk, wv);
+    for (int u = 0; u < UNROLL; u++)
 #pragma unroll
-        for (int t = 0; t < TOK; t++) {
-          const float4 xa = *reinterpret_cast<const float4*>(&xs[t][kk]);
-          const float4 xb = *reinterpret_cast<const float4*>(&xs[t][kk + 4]);
+      for (int r = 0; r < ROWS; r++) {
+        const int64_t k = k0 + u * kStep, n = n0 + r < N ? n0 + r : N - 1;
+        if (k < K) raw[u][r] = load_raw8<DT>(w, n * K + k);
+      }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      const int64_t k = k0 + u * kStep;
+      if (k >= K) break;
+      float wv[ROWS][8];
+#pragma unroll
+      for (int r = 0; r < ROWS; r++) widen_raw8<DT>(raw[u][r], wv[r]);
+#pragma unroll
+      for (int t = 0; t < TOK; t++) {
+        if (t >= tn) break;
+        const float* xt = x + (t0 + t) * ldx + k;
+        float xv[8];
+        if (x_vec) {
+          const float4 a = ldg4(xt), b = ldg4(xt + 4);
+          xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; i++) xv[i] = ldg1(xt + i);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
           float s = acc[r][t];
-          s = fmaf(wv[0], xa.x, s), s = fmaf(wv[1], xa.y, s), s = fmaf(wv[2], xa.z, s), s = fmaf(wv[3], xa.w, s);
-          s = fmaf(wv[4], xb.x, s), s = fmaf(wv[5], xb.y, s), s = fmaf(wv[6], xb.z, s), s = fmaf(wv[7], xb.w, s);
+#pragma unroll
+          for (int i = 0; i < 8; i++) s = fmaf(wv[r][i], xv[i], s);
           acc[r][t] = s;
         }
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kGemvRows; r++) {
+  for (int r = 0; r < ROWS; r++) {
     const int64_t n = n0 + r;
 #pragma unroll
     for (int t = 0; t < TOK; t++) {
@@ -410,7 +439,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
     }
     case MatmulPath::kGemv:
       dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
-        launch(kernel, gemv_grid_x(N), unsigned((T + tok - 1) / tok), kGemvWarps * 32, x, T, ldx, j.w.data, N, K,
+        launch(kernel, gemv_grid_x(N, tok), unsigned((T + tok - 1) / tok), kGemvWarps * 32, x, T, ldx, j.w.data, N, K,
                j.bias, j.y, j.ldy, accumulate);
       });
       break;

@@ -1,9 +1,10 @@
 // Dense projections of the cuda device: y[t, n] (+)= bias[n] + Σ_k x[t, k] * W[n, k], x f32
 // activations, W in its stored dtype. Three kernels, chosen per job by shape:
 //
-//  - gemv (T < 16, any dtype): memory-bound; each warp streams 4 weight rows with 16-byte loads
-//    and dots them with up to 8 tokens of x staged in shared memory, so every weight byte is read
-//    once per 8 tokens and x once per block.
+//  - gemv (T < 16, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
+//    8 of them in flight per lane before the first FMA, and dots them with up to 8 tokens of x
+//    read through L1 (no shared-memory staging, no barriers), so every weight byte is read once
+//    per 8 tokens and the weight stream never waits on the block.
 //  - tensor-core GEMM (T >= 16, bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
 //    accumulation on 64x64 tiles, K in steps of 32, weights double-buffered with cp.async while x
 //    goes through registers (loaded one tile ahead). x is f32, so it is split into a 16-bit high
