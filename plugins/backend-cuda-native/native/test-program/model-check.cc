@@ -442,15 +442,26 @@ struct Tolerance {
   double atol, rtol;
 };
 
-// Worst |x - ref| / (atol + rtol |ref|) over n values (a non-finite x is a failure).
-double worst_ratio(const float* x, const float* ref, size_t n, Tolerance t) {
-  double w = 0;
+// The worst |x - ref| / (atol + rtol |ref|) seen so far (a non-finite x is a failure), and where:
+// a failing table row prints it, which says which op family to look at.
+struct Worst {
+  double ratio = 0;
+  std::string where;
+};
+
+// Folds n values of `what` (rows of V) at decode step `step` into `w`.
+void track_worst(const float* x, const float* ref, size_t n, int64_t V, Tolerance t, const char* what, int step,
+                 Worst* w, int64_t row0 = 0) {
   for (size_t i = 0; i < n; i++) {
     const double r = std::isfinite(x[i]) ? std::fabs(double(x[i]) - ref[i]) / (t.atol + t.rtol * std::fabs(double(ref[i])))
                                          : 1e30;
-    w = std::max(w, r);
+    if (r <= w->ratio) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s, step %d, row %lld, column %lld: %.6g vs %.6g", what, step,
+                  static_cast<long long>(row0 + int64_t(i) / V), static_cast<long long>(int64_t(i) % V), double(x[i]),
+                  double(ref[i]));
+    w->ratio = r, w->where = buf;
   }
-  return w;
 }
 
 // Greedy tokens of logits rows: exact matches, and mismatches that are near-ties (the baseline
@@ -510,7 +521,7 @@ Status sample_rows(Device* dev, const std::vector<float>& logits, int64_t V, uin
 }
 
 struct RunResult {
-  double worst = 0, solo_worst = 0;
+  Worst worst, solo_worst;
   TokenCount greedy, solo, sampled_same_logits, sampled_own_logits;
   int64_t tree_steps = 0, tree_accepted = 0;  // tree-row decode steps and draft tokens they accepted
   bool medusa_plain = true;                   // every tree row's output equals its plain greedy one
@@ -529,10 +540,12 @@ std::string temp_dir() {
 Tolerance tolerance(Device* dut, Device* base, DType dt) {
   // Both devices with f32 KV (cpu, reference): only the summation order differs.
   if (dut->kv_dtype() == DType::F32 && base->kv_dtype() == DType::F32) return {2e-3, 2e-3};
-  // The cuda device keeps K/V in f16 (an 11-bit significand) and its tensor-core GEMM splits the
-  // f32 activations into two 16-bit halves; 16-bit weights add their own products' rounding.
-  // First estimates, to be calibrated on the first GPU run (the worst ratio is printed).
-  return dt == DType::F32 ? Tolerance{1e-2, 1e-2} : Tolerance{2e-2, 2e-2};
+  // The cuda device keeps K/V in f16 (an 11-bit significand), and that dominates: on the first
+  // H100 run (2026-11-26) the worst logit error was ~2e-2 (absolute + relative) for f32 and bf16
+  // weights alike -- 1.8x a 1e-2 bound for f32, 0.99x a 2e-2 one for bf16 -- and the SIMT
+  // emulator gives the same figures. One bound for both, 1.5x what was seen.
+  (void)dt;
+  return {3e-2, 3e-2};
 }
 
 RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt, Device* dut, Device* base) {
@@ -612,9 +625,27 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
     st = run_step(&dmodel, all, 0, &rd);
     if (st.ok()) st = run_step(&bmodel, all, 0, &rb);
     if (!st.ok()) break;
-    res.worst = std::max(res.worst, worst_ratio(rd.logits.data(), rb.logits.data(), rb.logits.size(), tol));
-    res.worst = std::max(res.worst, worst_ratio(rd.medusa.data(), rb.medusa.data(), rb.medusa.size(), tol));
+    track_worst(rd.logits.data(), rb.logits.data(), rb.logits.size(), V, tol, "logits", step, &res.worst);
     count_greedy(rd.logits.data(), rb.logits.data(), int64_t(rb.logits.size()) / V, V, tol, &res.greedy);
+    // A tree row whose walk ended elsewhere on the device ran its heads at another node: its
+    // Medusa logits are not comparable. That is allowed only when a near-tie among its nodes'
+    // greedy choices explains it (counted with the walk ends below); any other divergence fails
+    // there, and every other row's heads are compared.
+    std::vector<bool> walk_tie(all.size(), false);
+    for (size_t k = 0; k < all.size(); k++) {
+      const RowIO& io = rd.io[k];
+      if (all[k]->parents.empty() || rd.leaves[k] == rb.leaves[k]) continue;
+      TokenCount nodes;
+      count_greedy(&rd.logits[size_t(io.logit_row * V)], &rb.logits[size_t(io.logit_row * V)],
+                   int64_t(all[k]->feed.size()), V, tol, &nodes);
+      walk_tie[k] = nodes.ok() && nodes.ties > 0;
+    }
+    for (size_t k = 0; k < all.size(); k++) {
+      if (all[k]->medusa < 0 || walk_tie[k]) continue;
+      const size_t at = size_t(rd.io[k].medusa_row * V), n = size_t(kHeads * V);
+      track_worst(rd.medusa.data() + at, rb.medusa.data() + at, n, V, tol, "medusa logits", step, &res.worst,
+                  rd.io[k].medusa_row);
+    }
     // Each row alone on the device under test (its own blocks), against its batched self.
     for (size_t k = 0; k < all.size() && st.ok(); k++) {
       std::vector<Seq*> one = {all[k]};
@@ -623,9 +654,9 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
       if (!st.ok()) break;
       const RowIO& io = rd.io[k];
       const float* bl = &rd.logits[size_t(io.logit_row * V)];
-      res.solo_worst = std::max(res.solo_worst, worst_ratio(rs.logits.data(), bl, rs.logits.size(), tol));
+      track_worst(rs.logits.data(), bl, rs.logits.size(), V, tol, "solo logits", step, &res.solo_worst);
       const float* bm = rd.medusa.data() + io.medusa_row * V;
-      res.solo_worst = std::max(res.solo_worst, worst_ratio(rs.medusa.data(), bm, rs.medusa.size(), tol));
+      track_worst(rs.medusa.data(), bm, rs.medusa.size(), V, tol, "solo medusa logits", step, &res.solo_worst);
       count_greedy(rs.logits.data(), bl, int64_t(rs.logits.size()) / V, V, tol, &res.solo);
       if (!all[k]->parents.empty()) {
         res.solo.total++;
@@ -656,6 +687,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
       if (walked[k]) {
         res.greedy.total += 2;
         res.greedy.same += (rb.leaves[k] == leaves[k]) + (rd.leaves[k] == leaves[k]);
+        res.greedy.ties += rd.leaves[k] != leaves[k] && walk_tie[k];
       }
   }
   for (const Seq& s : seqs)
@@ -681,7 +713,7 @@ bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
     if (!opt.filter.empty() && std::string(spec.name).find(opt.filter) == std::string::npos) continue;
     for (DType dt : {DType::F32, DType::BF16}) {
       const RunResult r = run_one(opt, spec, dt, dut, base);
-      const bool ok = r.error.empty() && r.worst <= 1.0 && r.solo_worst <= 1.0 && r.greedy.ok() && r.solo.ok() &&
+      const bool ok = r.error.empty() && r.worst.ratio <= 1.0 && r.solo_worst.ratio <= 1.0 && r.greedy.ok() && r.solo.ok() &&
                       r.sampled_same_logits.same == r.sampled_same_logits.total && r.greedy.total > 0 &&
                       r.medusa_plain;
       char tree[48];
@@ -692,9 +724,11 @@ bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
                                   std::to_string(r.sampled_own_logits.same) + " of " +
                                   std::to_string(r.sampled_same_logits.total);
       std::printf("%-8s %-5s %-17s %6.3f %-13s %6.3f %-13s %-16s %-11s %5.1f  %s%s\n", spec.name,
-                  dt == DType::F32 ? "f32" : "bf16", pair.c_str(), r.worst, r.greedy.text().c_str(), r.solo_worst,
+                  dt == DType::F32 ? "f32" : "bf16", pair.c_str(), r.worst.ratio, r.greedy.text().c_str(), r.solo_worst.ratio,
                   r.solo.text().c_str(), sampled.c_str(), tree, r.seconds, ok ? "ok" : "FAIL",
                   r.error.empty() ? "" : (" (" + r.error + ")").c_str());
+      if (r.worst.ratio > 1.0) std::printf("  worst: %s\n", r.worst.where.c_str());
+      if (r.solo_worst.ratio > 1.0) std::printf("  worst alone: %s\n", r.solo_worst.where.c_str());
       std::fflush(stdout);
     }
   }
