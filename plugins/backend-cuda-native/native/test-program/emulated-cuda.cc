@@ -20,6 +20,7 @@
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -157,7 +158,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
            " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n" +
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs, " + std::to_string(simt_jobs_) +
-           " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs\n";
+           " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
+           " with split K)\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -264,12 +266,18 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     if (T <= 0) return;
-    auto launch = [&](auto kernel, unsigned gx, unsigned gy, int threads, auto... args) {
-      simt::launch(simt::dim3(gx, gy), simt::dim3(unsigned(threads)), 0, [&] { kernel(args...); });
+    auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, auto... args) {
+      simt::launch(simt::dim3(gx, gy, gz), simt::dim3(unsigned(threads)), 0, [&] { kernel(args...); });
     };
+    // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
+    // else as one SM (never split), so both forms of the GEMM are checked.
+    const int sms = (matmul_calls_++ % 2) ? 132 : 1;
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
-      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, launch)) {
+      split_partials_.resize(size_t(std::max<int64_t>(int64_t(split_partials_.size()), tc_split_floats(jobs[i], T, sms))));
+      if (tc_split_floats(jobs[i], T, sms) > 0) split_jobs_++;
+      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, split_partials_.data(),
+                                int64_t(split_partials_.size()), launch)) {
         case MatmulPath::kTensorCore: tensor_core_jobs_++; break;
         case MatmulPath::kGemv: gemv_jobs_++; break;
         case MatmulPath::kSimt: simt_jobs_++; break;
@@ -343,7 +351,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<AttnSplitGroup> groups_;
   std::vector<float> partials_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
-  int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0;
+  int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0;
+  std::vector<float> split_partials_;  // split-K's workspace
 };
 
 }  // namespace

@@ -113,6 +113,9 @@ class CudaDevice final : public Device {
   std::vector<AttnSplitGroup> attn_groups_;
   float* attn_partials_ = nullptr;
   int64_t attn_partials_floats_ = 0;
+  // Split-K matmul partials (device, grown on demand, released with the device).
+  float* split_partials_ = nullptr;
+  int64_t split_partials_floats_ = 0;
 };
 
 // Threads per block for the simple one-dimensional kernels.

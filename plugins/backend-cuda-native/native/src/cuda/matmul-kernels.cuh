@@ -30,6 +30,33 @@ inline MatmulPath matmul_path(const MatmulJob& j, int64_t T) {
   return MatmulPath::kSimt;
 }
 
+// Split-K for the tensor-core GEMM: a decode step's T (16-64 rows) gives N/64 tiles, 64 for
+// N = 4096 on a GPU of 132 SMs, each streaming a 64-row slab of W alone. Splitting K over
+// gridDim.z until the grid holds ~2 tiles per SM keeps HBM busy; each slice writes its partial
+// tile to a workspace and a second kernel adds the slices in z order (deterministic, unlike
+// atomics). Slices keep >= 8 k-tiles (256 columns) of work. Returns the number of slices.
+inline int tc_splits(int64_t T, int64_t N, int64_t K, int sms) {
+  const int64_t tiles = ((N + kBN - 1) / kBN) * ((T + kBM - 1) / kBM);
+  if (tiles >= sms) return 1;
+  int64_t s = (2 * int64_t(sms) + tiles - 1) / tiles;
+  const int64_t most = K / (8 * kBK);
+  s = s < most ? s : most;
+  s = s < 16 ? s : 16;
+  return s > 1 ? int(s) : 1;
+}
+// Columns per slice (a multiple of kBK) for `splits` slices of K.
+inline int64_t tc_split_chunk(int64_t K, int splits) {
+  const int64_t per = (K + splits - 1) / splits;
+  return (per + kBK - 1) / kBK * kBK;
+}
+// Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split).
+inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms) {
+  const int64_t K = j.w.cols;
+  if (K <= 0 || matmul_path(j, T) != MatmulPath::kTensorCore) return 0;
+  const int64_t chunk = tc_split_chunk(K, tc_splits(T, j.w.rows, K, sms)), slices = (K + chunk - 1) / chunk;
+  return slices > 1 ? slices * T * j.w.rows : 0;
+}
+
 // The GEMV's shape per tokens-per-block TOK: ROWS weight rows per warp (x values loaded from L1
 // are reused across them) and UNROLL 16-byte chunks per row in flight per lane before the first
 // FMA. ROWS x UNROLL x 16 bytes per lane is what keeps enough loads in flight to stream HBM at
@@ -240,13 +267,15 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 #endif
 
 // Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
-//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/64), ceil(T/64)), block 128.
+//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/64), ceil(T/64), slices), block 128.
 // x [T, ldx] f32 (any ldx), W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
+// Split-K (part != null): slice z sums k in [z*kchunk, (z+1)*kchunk) only and writes its partial
+// to part[(z*T + t)*N + n] (no bias, no accumulate); splitk_reduce_kernel finishes y.
 template <DType DT>
 __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, int64_t T, int64_t ldx,
                                                                 const uint16_t* w, int64_t N, int64_t K,
                                                                 const float* bias, float* y, int64_t ldy,
-                                                                bool accumulate) {
+                                                                bool accumulate, int64_t kchunk, float* part) {
   LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xh);  // cp.async targets
   LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xl);
   LOOM_SHARED_ALIGN16(uint16_t[2][kBN][kBK + kPad], ws);
@@ -254,7 +283,8 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const int wm = warp >> 1, wn = warp & 1;  // this warp's 32x32 quarter of the tile
   const int64_t m0 = int64_t(blockIdx.y) * kBM, n0 = int64_t(blockIdx.x) * kBN;
-  const int nk = int((K + kBK - 1) / kBK);
+  const int64_t kb = int64_t(blockIdx.z) * kchunk, ke = K < kb + kchunk ? K : kb + kchunk;  // this slice's k
+  const int nk = ke > kb ? int((ke - kb + kBK - 1) / kBK) : 0;
 
   // Weights: 64 rows x 4 chunks of 8 halves = 256 chunks, 2 per thread.
   auto load_w = [&](int stage, int64_t k0) {
@@ -262,7 +292,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
     for (int j = 0; j < 2; j++) {
       const int c = tid + j * kGemmThreads, row = c >> 2, kc = (c & 3) * 8;
       const int64_t n = n0 + row, k = k0 + kc;
-      const bool ok = n < N && k < K;
+      const bool ok = n < N && k < ke;
       cp_async16(&ws[stage][row][kc], ok ? static_cast<const void*>(w + n * K + k) : static_cast<const void*>(w),
                  ok ? 16 : 0);
     }
@@ -275,7 +305,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
     for (int j = 0; j < 16; j++) {
       const int row = warp + 4 * j;
       const int64_t t = m0 + row, k = k0 + lane;
-      xr[j] = t < T && k < K ? x[t * ldx + k] : 0.0f;
+      xr[j] = t < T && k < ke ? x[t * ldx + k] : 0.0f;
     }
   };
   auto store_x = [&](int stage) {
@@ -291,15 +321,17 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
-  load_w(0, 0);
-  load_x(0);
-  store_x(0);
+  if (nk > 0) {
+    load_w(0, kb);
+    load_x(kb);
+    store_x(0);
+  }
   for (int kt = 0; kt < nk; kt++) {
     const int s = kt & 1;
     const bool more = kt + 1 < nk;
     if (more) {
-      load_w(s ^ 1, int64_t(kt + 1) * kBK);
-      load_x(int64_t(kt + 1) * kBK);
+      load_w(s ^ 1, kb + int64_t(kt + 1) * kBK);
+      load_x(kb + int64_t(kt + 1) * kBK);
       cp_async_wait<1>();  // this stage's weights have landed (the next stage's may be in flight)
     } else {
       cp_async_wait<0>();
@@ -345,11 +377,28 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
       for (int e = 0; e < 4; e++) {
         const int64_t t = m0 + wm * 32 + mi * 16 + g + (e >= 2 ? 8 : 0);
         const int64_t n = n0 + wn * 32 + ni * 8 + tig * 2 + (e & 1);
-        if (t < T && n < N) {
+        if (t >= T || n >= N) continue;
+        if (part != nullptr) {
+          part[(int64_t(blockIdx.z) * T + t) * N + n] = acc[mi][ni][e];
+        } else {
           float* out = y + t * ldy + n;
           *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + acc[mi][ni][e];
         }
       }
+}
+
+// Semantics: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_{z < splits} part[(z*T + t)*N + n], z
+// ascending. grid (ceil(T*N / 256)), block 256. part [splits, T, N] f32.
+__global__ void __launch_bounds__(256) splitk_reduce_kernel(const float* part, int splits, int64_t T, int64_t N,
+                                                            const float* bias, float* y, int64_t ldy,
+                                                            bool accumulate) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * N) return;
+  const int64_t t = i / N, n = i % N;
+  float s = 0.0f;
+  for (int z = 0; z < splits; z++) s += part[int64_t(z) * T * N + i];
+  float* out = y + t * ldy + n;
+  *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + s;
 }
 
 // ---------------------------------------------------------------- SIMT fallback
@@ -418,12 +467,14 @@ void dispatch_gemv(DType dt, int64_t T, Run&& run) {
   }
 }
 
-// Launches the kernel that computes job `j` (matmul_path's choice) through
-// `launch(kernel, grid_x, grid_y, threads, args...)`, which each build supplies: a launch on the
-// device's stream, or the emulator's. Jobs without rows launch nothing. Returns the path taken.
+// Launches the kernel(s) that compute job `j` (matmul_path's choice) through
+// `launch(kernel, grid_x, grid_y, grid_z, threads, args...)`, which each build supplies: a launch
+// on the device's stream, or the emulator's. `sms` sizes split-K (tc_splits); `part` is its
+// workspace of `part_floats` floats (at least tc_split_floats(j, T, sms), else the job is not
+// split). Jobs without rows launch nothing. Returns the path taken.
 template <typename Launch>
-MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate,
-                             Launch&& launch) {
+MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate, int sms,
+                             float* part, int64_t part_floats, Launch&& launch) {
   const int64_t N = j.w.rows, K = j.w.cols;
   const MatmulPath path = matmul_path(j, T);
   if (N <= 0) return path;
@@ -431,21 +482,31 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
     case MatmulPath::kTensorCore: {
       const unsigned gx = unsigned((N + kBN - 1) / kBN), gy = unsigned((T + kBM - 1) / kBM);
       const auto* w = static_cast<const uint16_t*>(j.w.data);
+      const int64_t need = tc_split_floats(j, T, sms);
+      const bool split = need > 0 && part != nullptr && part_floats >= need;
+      const int64_t chunk = split ? tc_split_chunk(K, tc_splits(T, N, K, sms)) : (K > 0 ? K : 1);
+      const unsigned gz = unsigned((K + chunk - 1) / chunk > 0 ? (K + chunk - 1) / chunk : 1);
+      float* out = split ? part : nullptr;
       if (j.w.dtype == DType::BF16)
-        launch(gemm_tc_kernel<DType::BF16>, gx, gy, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate);
+        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
+               accumulate, chunk, out);
       else
-        launch(gemm_tc_kernel<DType::F16>, gx, gy, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy, accumulate);
+        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
+               accumulate, chunk, out);
+      if (split)
+        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, static_cast<const float*>(part),
+               int(gz), T, N, j.bias, j.y, j.ldy, accumulate);
       break;
     }
     case MatmulPath::kGemv:
       dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
-        launch(kernel, gemv_grid_x(N, tok), unsigned((T + tok - 1) / tok), kGemvWarps * 32, x, T, ldx, j.w.data, N, K,
-               j.bias, j.y, j.ldy, accumulate);
+        launch(kernel, gemv_grid_x(N, tok), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, x, T, ldx, j.w.data,
+               N, K, j.bias, j.y, j.ldy, accumulate);
       });
       break;
     case MatmulPath::kSimt:
       launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),
-             kSimtThreads, x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate);
+             1u, kSimtThreads, x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate);
       break;
   }
   return path;

@@ -12,21 +12,34 @@
 //    by W: rounding x to one bf16 would cost ~3 significant digits against the f32 reference,
 //    while two MMAs keep the error at f32-accumulation level for twice the tensor work (a
 //    bandwidth-bound step has that to spare).
+//    When a step's few rows give fewer tiles than SMs (decode batches of 16-64), K is split over
+//    the grid's z and the slices' partials are added in order by a second kernel.
 //  - SIMT tiles (f32 weights with T >= 16, or shapes the vector paths cannot take).
 // The kernels and the choice between the three: matmul-kernels.cuh.
 #include "cuda/cuda-device.h"
 #include "cuda/dtype-cuda.cuh"
 #include "cuda/matmul-kernels.cuh"
 
+#include <algorithm>
+
 namespace loom {
 
 void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0) return;
-  auto launch = [&](auto kernel, unsigned gx, unsigned gy, int threads, auto... args) {
-    kernel<<<dim3(gx, gy), threads, 0, stream_>>>(args...);
+  // Split-K's workspace: grown on demand (stream-ordered release, as attention's partials), and
+  // shared by the jobs, which run one after another on the stream.
+  int64_t need = 0;
+  for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_));
+  if (need > split_partials_floats_) {
+    release(split_partials_);
+    split_partials_ = static_cast<float*>(alloc(need * int64_t(sizeof(float))));
+    split_partials_floats_ = split_partials_ ? need : 0;  // on failure jobs run unsplit
+  }
+  auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, auto... args) {
+    kernel<<<dim3(gx, gy, gz), threads, 0, stream_>>>(args...);
   };
   for (int i = 0; i < njobs; i++) {
-    launch_matmul_job(x, T, ldx, jobs[i], accumulate, launch);
+    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, split_partials_, split_partials_floats_, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
   }
 }
