@@ -7,6 +7,7 @@
 # LlamaModel on cuda, then one table (native/test-program/gpu-bench.cc says what each row times):
 #   - HBM read bandwidth (a read kernel, best of 10 passes over 2 GiB; again at the end);
 #   - the LoRA op (Device::lora_apply, hidden 4096, rank 16) at batch 1 and 64 distinct adapters;
+#   - the dense projections alone (Device::matmul, gate/up and down shapes) at batch 1, 8 and 64;
 #   - decode step time at batch 1, 8, 32, 64 with 512 cached tokens per row: base greedy, base in a
 #     sampling mix (temperature 0.8 + top-p 0.95 seeded / greedy rows), one shared adapter, and a
 #     distinct rank-16 adapter per row on all 7 modules; sampling on the device;

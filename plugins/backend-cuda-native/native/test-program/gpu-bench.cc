@@ -6,6 +6,8 @@
 //      batch 1 and at the largest batch with a distinct adapter per row: "cold" calls cycle
 //      through a pool of adapters larger than the GPU's L2 (as in a decode step, where 16 GB of
 //      weights pass between two reads of an adapter), "L2-hot" calls reuse the same ones;
+//   2b. Device::matmul alone on the gate/up and down shapes at batch 1, 8 and the largest batch
+//      (GEMV, GEMV, split-K tensor-core GEMM), beside the bytes' roofline;
 //   3. a random bf16 model of the shape (Llama-3-8B: hidden 4096, 32 layers, 32/8 heads, head
 //      dim 128, intermediate 14336, vocab 128256, untied LM head) written as a safetensors file
 //      and loaded through LlamaModel::load (on cuda: every weight uploaded, as in serving), plus
@@ -454,6 +456,7 @@ class Bench {
   }
   bool measure_bandwidth(const char* when);
   void lora_op();
+  void matmul_op();
   Status load_model();
   void decode();
   void prefill();
@@ -580,6 +583,65 @@ void Bench::lora_op() {
         const double limit = batch == 1 ? 40e-6 : 120e-6;
         if (s_.issue_shape && (batch == 1 || batch == 64))
           r.target = "≤ " + fmt("%.0f", limit * 1e6) + " µs " + verdict(per_call <= limit);
+      }
+      add(r);
+    }
+  }
+}
+
+// Device::matmul alone on the two largest projection shapes of the model (gate/up: N = I, K = H;
+// down: N = H, K = I; bf16, each larger than L2, so every call streams its weights from HBM) at
+// batch 1 and 8 (the GEMV) and the largest decode batch (the tensor-core GEMM, split K): the
+// share of the roofline the decode steps' projections can reach, apart from everything else a
+// step does. Each repetition issues 20 calls back to back between two synchronizes.
+void Bench::matmul_op() {
+  const ModelConfig& c = s_.cfg;
+  std::vector<int> batches = {1, 8, s_.batches.back()};
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  const int bmax = batches.back(), calls = 20;
+  const int64_t H = c.hidden, I = c.intermediate;
+  loom::DeviceBuffer<uint16_t> w;
+  loom::DeviceBuffer<float> x, y;
+  Status st = w.allocate(dev_, H * I, "matmul op weights");
+  if (st.ok()) st = x.allocate(dev_, bmax * std::max(H, I), "matmul op x");
+  if (st.ok()) st = y.allocate(dev_, bmax * std::max(H, I), "matmul op y");
+  if (!st.ok()) return failed_row("matmul op", st.message);
+  {
+    const std::vector<uint16_t> block = random_bf16(size_t(1) << 22, std::sqrt(3.0f / float(H)), opt_.seed + 21);
+    for (int64_t at = 0; at < H * I; at += int64_t(block.size()))
+      dev_->upload(w.data() + at, block.data(), std::min<int64_t>(int64_t(block.size()), H * I - at) * 2);
+    const std::vector<uint16_t> xb = random_bf16(size_t(bmax * std::max(H, I)), 1.0f, opt_.seed + 22);
+    std::vector<float> xs(xb.size());
+    for (size_t i = 0; i < xs.size(); i++) xs[i] = loom::bf16_to_f32(xb[i]);
+    dev_->upload(x.data(), xs.data(), x.bytes());
+    st = dev_->synchronize();
+  }
+  if (!st.ok()) return failed_row("matmul op", st.message);
+  struct Case {
+    const char* name;
+    int64_t N, K;
+  };
+  for (const Case& k : {Case{"gate/up", I, H}, Case{"down", H, I}}) {
+    for (const int batch : batches) {
+      const loom::MatmulJob job{{w.data(), DType::BF16, k.N, k.K}, nullptr, y.data(), k.N};
+      auto run = [&]() {
+        for (int i = 0; i < calls; i++) dev_->matmul(x.data(), batch, k.K, &job, 1, false);
+        return dev_->synchronize();
+      };
+      const std::string figure = std::string("matmul op ") + k.name + " " + std::to_string(k.N) + "x" +
+                                 std::to_string(k.K) + " B=" + std::to_string(batch);
+      Timing t = time_runs(run, 1, 7, 3.0, budget_);
+      if (!t.error.empty()) return failed_row(figure, t.error);
+      const double per_call = t.median / calls;
+      const double bytes = double(k.N) * double(k.K) * 2 + double(batch) * double(k.K + k.N) * 4;
+      const double flops = 2.0 * double(batch) * double(k.N) * double(k.K);
+      progress(figure + ": " + fmt_time(per_call) + " per call, " + fmt("%.1f", flops / per_call / 1e12) + " TFLOP/s");
+      Row r{figure, fmt_time(per_call), fmt_rate(bytes / per_call), fmt_bytes(bytes) + " → " + fmt_rate(bytes / per_call),
+            "-", "-", std::to_string(t.n) + "x" + std::to_string(calls), "-"};
+      if (bw_best_ > 0) {
+        r.roofline = fmt_time(bytes / bw_best_);
+        r.share = fmt("%.0f%%", 100 * bytes / bw_best_ / per_call);
       }
       add(r);
     }
@@ -798,6 +860,7 @@ int Bench::run() {
   budget_.limited = opt_.seconds > 0;
   budget_.deadline = Clock::now() + std::chrono::milliseconds(int64_t(opt_.seconds * 1000));
   lora_op();
+  matmul_op();
   const Status loaded = load_model();
   if (!loaded.ok()) {
     failed_row("model load", loaded.code + ": " + loaded.message);
