@@ -157,7 +157,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
            " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n" +
-           "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs, " + std::to_string(simt_jobs_) +
+           "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
+           " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
            " with split K)\n";
   }
@@ -272,6 +273,11 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
     // else as one SM (never split), so both forms of the GEMM are checked.
     const int sms = (matmul_calls_++ % 2) ? 132 : 1;
+    if (gemv_fusable(jobs, njobs, T)) {  // as the cuda device: one launch for the call
+      launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
+      gemv_jobs_ += njobs, fused_gemv_calls_++;
+      return;
+    }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
       split_partials_.resize(size_t(std::max<int64_t>(int64_t(split_partials_.size()), tc_split_floats(jobs[i], T, sms))));
@@ -351,7 +357,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<AttnSplitGroup> groups_;
   std::vector<float> partials_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
-  int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0;
+  int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
 };
 

@@ -81,22 +81,42 @@ namespace {
 
 
 
-// Semantics: for t in this block's TOK tokens, n in its warps' rows: y[t*ldy+n] = (acc ? y : 0)
-//   + bias[n] + Σ_k x[t*ldx+k] * W[n,k]. grid (gemv_grid_x(N, TOK), ceil(T/TOK)), block kGemvWarps*32.
+// Up to four GEMV jobs over the same x and K in one launch (q/k/v, gate/up): each job's blocks
+// follow the previous job's, so k and v (N = 1024 at 8B) no longer run alone on a few SMs.
+constexpr int kGemvMaxJobs = 4;
+struct GemvJobs {
+  const void* w[kGemvMaxJobs];
+  const float* bias[kGemvMaxJobs];
+  float* y[kGemvMaxJobs];
+  int64_t N[kGemvMaxJobs], ldy[kGemvMaxJobs];
+  int64_t block_end[kGemvMaxJobs];  // cumulative gemv_grid_x of jobs 0..j
+  int n;
+};
+
+// Semantics: for each job (W [N, K], bias, y, ldy), t in this block's TOK tokens, n in its warps'
+//   rows: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k x[t*ldx+k] * W[n,k].
+//   grid (jobs.block_end[n-1], ceil(T/TOK)), block kGemvWarps*32.
 // x [T, ldx] f32, W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
 // Each warp owns ROWS consecutive rows and walks K in chunks of 8 elements per lane (256 per
 // warp): all UNROLL x ROWS weight loads of a step are issued (raw, streamed past L1) before any is
 // widened, and x is read straight from global memory (L1-resident: every warp of the SM reads the
 // same TOK rows), so no barrier ever stalls the stream. Rows past N load row N-1 and are dropped.
 template <DType DT, int TOK>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
-                                                                int64_t N, int64_t K, const float* bias, float* y,
-                                                                int64_t ldy, bool accumulate) {
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, GemvJobs jobs,
+                                                                int64_t K, bool accumulate) {
   constexpr int ROWS = GemvShape<TOK>::kRows, UNROLL = GemvShape<TOK>::kUnroll, kStep = 32 * 8;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * TOK;
   const int tn = T - t0 < TOK ? int(T - t0) : TOK;
-  const int64_t n0 = (int64_t(blockIdx.x) * kGemvWarps + warp) * ROWS;
+  // This block's job: the blocks of job j are [block_end[j-1], block_end[j]).
+  int j = 0;
+  while (j + 1 < jobs.n && int64_t(blockIdx.x) >= jobs.block_end[j]) j++;
+  const void* w = jobs.w[j];
+  const int64_t N = jobs.N[j], ldy = jobs.ldy[j];
+  const float* bias = jobs.bias[j];
+  float* y = jobs.y[j];
+  const int64_t first = j > 0 ? jobs.block_end[j - 1] : 0;
+  const int64_t n0 = ((int64_t(blockIdx.x) - first) * kGemvWarps + warp) * ROWS;
   if (n0 >= N) return;  // no barrier below: whole warps may leave
   // float4 reads of x need 16-byte aligned rows; otherwise scalar reads (same values).
   const bool x_vec = ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
@@ -467,6 +487,37 @@ void dispatch_gemv(DType dt, int64_t T, Run&& run) {
   }
 }
 
+// One GEMV launch for jobs[0, n) (n <= kGemvMaxJobs; same dtype and K, all on the GEMV path).
+template <typename Launch>
+void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int n, bool accumulate,
+                 Launch&& launch) {
+  const int tok = gemv_tokens_per_block(T);
+  GemvJobs g{};
+  g.n = n;
+  int64_t blocks = 0;
+  for (int i = 0; i < n; i++) {
+    g.w[i] = jobs[i].w.data, g.bias[i] = jobs[i].bias, g.y[i] = jobs[i].y;
+    g.N[i] = jobs[i].w.rows, g.ldy[i] = jobs[i].ldy;
+    blocks += gemv_grid_x(jobs[i].w.rows, tok);
+    g.block_end[i] = blocks;
+  }
+  dispatch_gemv(jobs[0].w.dtype, T, [&](auto kernel, int) {
+    launch(kernel, unsigned(blocks), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, x, T, ldx, g,
+           jobs[0].w.cols, accumulate);
+  });
+}
+
+// Whether jobs[0, n) can share one GEMV launch: 2..kGemvMaxJobs jobs, all on the GEMV path, with
+// one dtype and K, every one with rows.
+inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T) {
+  if (n < 2 || n > kGemvMaxJobs) return false;
+  for (int i = 0; i < n; i++)
+    if (matmul_path(jobs[i], T) != MatmulPath::kGemv || jobs[i].w.rows <= 0 || jobs[i].w.dtype != jobs[0].w.dtype ||
+        jobs[i].w.cols != jobs[0].w.cols)
+      return false;
+  return true;
+}
+
 // Launches the kernel(s) that compute job `j` (matmul_path's choice) through
 // `launch(kernel, grid_x, grid_y, grid_z, threads, args...)`, which each build supplies: a launch
 // on the device's stream, or the emulator's. `sms` sizes split-K (tc_splits); `part` is its
@@ -499,10 +550,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       break;
     }
     case MatmulPath::kGemv:
-      dispatch_gemv(j.w.dtype, T, [&](auto kernel, int tok) {
-        launch(kernel, gemv_grid_x(N, tok), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, x, T, ldx, j.w.data,
-               N, K, j.bias, j.y, j.ldy, accumulate);
-      });
+      launch_gemv(x, T, ldx, &j, 1, accumulate, launch);
       break;
     case MatmulPath::kSimt:
       launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),

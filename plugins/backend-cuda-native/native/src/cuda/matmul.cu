@@ -4,7 +4,8 @@
 //  - gemv (T < 16, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
 //    8 of them in flight per lane before the first FMA, and dots them with up to 8 tokens of x
 //    read through L1 (no shared-memory staging, no barriers), so every weight byte is read once
-//    per 8 tokens and the weight stream never waits on the block.
+//    per 8 tokens and the weight stream never waits on the block. The jobs of one call (q/k/v,
+//    gate/up) share one launch when all take this path.
 //  - tensor-core GEMM (T >= 16, bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
 //    accumulation on 64x64 tiles, K in steps of 32, weights double-buffered with cp.async while x
 //    goes through registers (loaded one tile ahead). x is f32, so it is split into a 16-bit high
@@ -38,6 +39,11 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, auto... args) {
     kernel<<<dim3(gx, gy, gz), threads, 0, stream_>>>(args...);
   };
+  if (gemv_fusable(jobs, njobs, T)) {
+    launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
+    check(cudaGetLastError(), "matmul launch");
+    return;
+  }
   for (int i = 0; i < njobs; i++) {
     launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, split_partials_, split_partials_floats_, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
