@@ -10,8 +10,9 @@
 // sync, on inter-block concurrency or on atomics fails here or is not expressible.
 //
 // Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
-// LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads and __syncthreads_or,
+// LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads, __syncthreads_or and __syncwarp,
 // __shfl_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte values,
+// __ballot_sync with the full mask and __popc,
 // atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, float4,
 // warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
@@ -119,6 +120,7 @@ struct float4 {
 #define gridDim (::simt::grid_dim())
 
 inline void __syncthreads() { ::simt::sync_block(); }
+inline void __syncwarp(unsigned /*full mask*/ = 0xffffffffu) { ::simt::sync_warp(); }
 inline int __syncthreads_or(int predicate) { return ::simt::sync_block_or(predicate); }
 inline int __any_sync(unsigned /*full mask*/, int predicate) {
   int any = 0;
@@ -126,6 +128,17 @@ inline int __any_sync(unsigned /*full mask*/, int predicate) {
   any = predicate != 0;
   return any;
 }
+// Every lane's predicate as bit `lane` (one exchange: two warp barriers).
+inline unsigned __ballot_sync(unsigned /*full mask*/, int predicate) {
+  const int lane = ::simt::current().linear % 32;
+  *::simt::exchange_slot(lane) = predicate != 0 ? 1u : 0u;
+  ::simt::sync_warp();
+  unsigned bits = 0;
+  for (int l = 0; l < 32; l++) bits |= unsigned(*::simt::exchange_slot(l) & 1u) << l;
+  ::simt::sync_warp();  // nobody overwrites its slot before every lane has read
+  return bits;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int atomicAdd(int* address, int value) {
   const int old = *address;
   *address = old + value;
