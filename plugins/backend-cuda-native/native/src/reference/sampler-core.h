@@ -1,6 +1,7 @@
 // The engine's token sampler (core/src/engine/sampler/*.ts) ported line by line, for the
 // Device::sample op of every device: the reference runs it per row, the cpu device per row on
-// its pool, the cuda kernel in one thread of a row's block after the parallel parts.
+// its pool; the cuda kernel (cuda/sampler-kernels.cuh) runs block-parallel versions of these
+// functions that leave every array as they do, and calls the small pieces directly.
 //
 // Exactness is the point, so this mirrors the JS arithmetic, not just its mathematics:
 // - JS numbers are f64: every sum, product and comparison the JS does in f64 is done in f64 here,
@@ -287,22 +288,32 @@ LOOM_HD int mass_prefix(int32_t* ids, int n, const double* key, const double* pr
 
 // ---- the warpers ----
 
-// A row's scratch (candidates.ts WarpScratch plus the working copy), each [V].
+// A row's scratch (candidates.ts WarpScratch plus the working copy), each [V]. The last three
+// serve only the cuda kernel's block-parallel selection (sampler-kernels.cuh): the candidates'
+// keys by position (keys_at[p] = key[ids[p]], moved with the ids), the positions a round swaps,
+// and its two bit masks per 32 positions ([2 * ceil(V / 32)]); this port leaves them alone.
 struct RowScratch {
   float* work;
   int32_t* ids;
   double* key;
   double* prob;
+  double* keys_at;
+  int32_t* pos;
+  uint32_t* masks;
 };
 
-// Carve one row's scratch out of sample_row_scratch_bytes(V) bytes (prob, key, work, ids: the
-// f64 arrays first, so each array is aligned to its element size).
+// Carve one row's scratch out of sample_row_scratch_bytes(V) bytes (prob, key, work, ids,
+// keys_at, pos, masks: 24 bytes a token before keys_at, so each array is aligned to its element
+// size).
 LOOM_HD RowScratch row_scratch(void* base, int64_t V) {
   double* prob = static_cast<double*>(base);
   double* key = prob + V;
   float* work = reinterpret_cast<float*>(key + V);
   int32_t* ids = reinterpret_cast<int32_t*>(work + V);
-  return {work, ids, key, prob};
+  double* keys_at = reinterpret_cast<double*>(ids + V);
+  int32_t* pos = reinterpret_cast<int32_t*>(keys_at + V);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(pos + V);
+  return {work, ids, key, prob, keys_at, pos, masks};
 }
 
 // collectCandidates: every id with work > -inf (NaN excluded), in id order.
