@@ -1231,6 +1231,71 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
              1e-4);
 }
 
+// Sampled rows over a Llama-3-sized vocabulary shaped like a trained model's logits: a handful
+// of tokens well above a long bell-shaped tail (half the rows quantised to 1/8, so thousands of
+// exact ties), at temperature 0.8 with top-p 0.95, typical-p 0.9, both, and top-k above the heap
+// limit (5000 before top-p, 20000 alone). Top-p and typical-p keep hundreds to tens of thousands
+// of tokens here, and the draw walks them in the order the quickselects left them, so a device
+// whose selection is merely equivalent (the same sets, another order) draws other tokens. Each
+// logits row is sampled under every setting with several seeds. Tokens must be equal.
+void test_sample_spread(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  const int64_t V = 128256;
+  const int rows = 4, max_top = 2;
+  std::vector<float> logits(size_t(rows * V));
+  for (int r = 0; r < rows; r++) {
+    float* row = logits.data() + int64_t(r) * V;
+    const float sigma = rng.pick({1.5f, 3.0f}), gap = rng.pick({0.5f, 4.0f, 8.0f});
+    const bool ties = r % 2 == 1;
+    float top = -INFINITY;
+    for (int64_t v = 0; v < V; v++) {
+      const float g = (rng.uniform(-1, 1) + rng.uniform(-1, 1) + rng.uniform(-1, 1)) * sigma;
+      row[v] = ties ? std::round(g * 8) / 8 : g;
+      top = std::max(top, row[v]);
+    }
+    for (int h = rng.pick({3, 30}); h > 0; h--) row[rng.range(0, int(V) - 1)] = top + rng.uniform(0, gap);
+  }
+  struct Setting {
+    double top_p, typical_p;
+    int top_k, seeds;
+  };
+  const Setting settings[] = {{0.95, 1, 0, 3}, {1, 0.9, 0, 2}, {0.95, 0.9, 0, 1}, {0.95, 1, 5000, 1}, {1, 1, 20000, 1}};
+  std::vector<SampleParams> params;
+  for (int r = 0; r < rows; r++)
+    for (const Setting& st : settings)
+      for (int i = 0; i < st.seeds; i++) {
+        SampleParams p;
+        p.row = r;
+        p.temperature = 0.8;
+        p.top_p = st.top_p;
+        p.typical_p = st.typical_p;
+        p.top_k = st.top_k;
+        p.seed = rng.next();
+        p.draws = uint64_t(rng.range(0, 40));
+        p.top_logprobs = 1;
+        params.push_back(p);
+      }
+  const int R = int(params.size());
+  std::vector<int32_t> tok[2];
+  std::vector<float> lp[2];
+  Device* devs[2] = {dev, ref};
+  for (int d = 0; d < 2; d++) {
+    auto xb = put(devs[d], logits);
+    DeviceBuffer<uint8_t> scratch;
+    (void)scratch.allocate(devs[d], R * sample_row_scratch_bytes(V), "self-test");
+    auto tb = put(devs[d], std::vector<int32_t>(size_t(R), -7));
+    auto lb = put(devs[d], std::vector<float>(size_t(R), -7));
+    auto ib = put(devs[d], std::vector<int32_t>(size_t(R * max_top), -7));
+    auto jb = put(devs[d], std::vector<float>(size_t(R * max_top), -7));
+    devs[d]->sample(xb.data(), V, V, params.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(),
+                    scratch.data());
+    tok[d] = get(devs[d], tb, size_t(R));
+    lp[d] = get(devs[d], lb, size_t(R));
+  }
+  const std::string what = dims("sample spread", {{"V", V}, {"rows", R}});
+  compare_exact(ck, "sample", what + " token", tok[0], tok[1]);
+  ck.compare("sample", what + " logprob", lp[0].data(), lp[1].data(), size_t(R), 2e-4, 1e-5);
+}
+
 // Device::sample against the reference sampler (the JS sampler's port; test/device-sampler.test.ts
 // holds that port to the JS itself): vocabularies of SmolLM2, Llama-2, Llama-3 and Qwen2, batches
 // 1..64, rows greedy (temperature 0 or top-k 1), sampled (top-k at, below and above the heap
@@ -1339,6 +1404,7 @@ void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     ck.compare("sample", what + " logprob", lp[0].data(), lp[1].data(), size_t(R), 2e-4, 1e-5);
     ck.compare("sample", what + " top logprobs", tlp[0].data(), tlp[1].data(), size_t(R * max_top), 2e-4, 1e-5);
   }
+  test_sample_spread(dev, ref, rng, ck);
 }
 
 #if LOOM_AMX_BF16
