@@ -41,6 +41,7 @@ namespace simt {
 namespace detail {
 const ThreadState* running = nullptr;
 uint64_t* running_exchange = nullptr;
+int* running_exchange_half = nullptr;
 const ThreadState host_state{};
 }  // namespace detail
 
@@ -55,6 +56,7 @@ struct Fiber {
   void* sp = nullptr;
   ThreadState state;
   int warp = 0;
+  int exchange_half = 0;  // next_exchange's alternation
   bool done = false;
   Wait wait = Wait::kNone;
   uint64_t wait_gen = 0;
@@ -89,7 +91,7 @@ struct Launch {
   std::vector<uint8_t> smem;
   Barrier block_barrier;
   std::vector<Barrier> warp_barriers;
-  std::vector<uint64_t> exchange;  // [warps, 32]
+  std::vector<uint64_t> exchange;  // [warps, 2, 32]: next_exchange
   std::vector<uint8_t> gather;     // [warps, 32, kGatherBytes]: warp_exchange
   // Statically sized __shared__ variables of the current block, by declaration.
   std::vector<std::pair<const void*, std::unique_ptr<uint8_t[]>>> statics;
@@ -170,7 +172,8 @@ void run_block(Launch& L, const dim3& block_idx) {
       f.wait = Wait::kNone;
       L.cur = &f;
       detail::running = &f.state;
-      detail::running_exchange = &L.exchange[size_t(f.warp) * 32];
+      detail::running_exchange = &L.exchange[size_t(f.warp) * 64];
+      detail::running_exchange_half = &f.exchange_half;
       simt_switch(&L.scheduler_sp, f.sp);
       progress = true;
     }
@@ -180,6 +183,7 @@ void run_block(Launch& L, const dim3& block_idx) {
   L.cur = nullptr;
   detail::running = nullptr;
   detail::running_exchange = nullptr;
+  detail::running_exchange_half = nullptr;
 }
 
 }  // namespace
@@ -256,8 +260,9 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
   L.block = block;
   L.kernel = &kernel;
   L.smem.assign(smem, 0);
-  L.exchange.assign(size_t((block.x * block.y * block.z + 31) / 32) * 32, 0);
-  L.gather.assign(L.exchange.size() * kGatherBytes, 0);
+  const size_t warps = (block.x * block.y * block.z + 31) / 32;
+  L.exchange.assign(warps * 64, 0);  // [warps, 2, 32]: next_exchange's two halves
+  L.gather.assign(warps * 32 * kGatherBytes, 0);
   g_launch = &L;
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)

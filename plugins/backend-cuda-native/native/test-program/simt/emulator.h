@@ -3,8 +3,8 @@
 // A kernel written against cuda/simt-compat.cuh compiles both with nvcc (the real thing) and,
 // with LOOM_SIMT_EMULATION defined, as plain C++ that this emulator runs: every CUDA thread of a
 // block is a fiber on the calling OS thread, and the scheduler switches fibers round-robin at each
-// synchronisation point (__syncthreads, and every warp shuffle, which is a warp barrier around an
-// exchange buffer). Blocks run one after another. So kernels run with CUDA's semantics for what
+// synchronisation point (__syncthreads, and every warp shuffle or ballot, which is a warp barrier
+// after writing to an exchange buffer). Blocks run one after another. So kernels run with CUDA's semantics for what
 // they are allowed to assume (block barriers, warp-synchronous shuffles with full masks, shared
 // memory per block), not with its timing: a kernel that depends on lockstep execution without a
 // sync, on inter-block concurrency or on atomics fails here or is not expressible.
@@ -46,10 +46,12 @@ struct ThreadState {
   int linear = 0;
 };
 namespace detail {
-// The running fiber's coordinates and its warp's exchange buffer (set at every switch into a
-// fiber; null outside kernels): read inline, they are on every shuffle's path.
+// The running fiber's coordinates, its warp's exchange buffer (two halves of 32 slots) and the
+// half its last exchange used (set at every switch into a fiber; null outside kernels): read
+// inline, they are on every shuffle's path.
 extern const ThreadState* running;
 extern uint64_t* running_exchange;
+extern int* running_exchange_half;
 extern const ThreadState host_state;
 }  // namespace detail
 inline const ThreadState& current() { return detail::running ? *detail::running : detail::host_state; }
@@ -69,8 +71,15 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
 void sync_block();
 void sync_warp();
 int sync_block_or(int predicate);
-// Lane `lane`'s 8-byte slot of the running fiber's warp exchange buffer.
-inline uint64_t* exchange_slot(int lane) { return detail::running_exchange + lane; }
+// The 32 slots (one a lane) of the running fiber's next warp exchange. A warp's exchanges
+// alternate between two halves of its buffer, so one barrier per exchange suffices: a lane writes
+// this half again only two exchanges later, after the next exchange's barrier, which no lane
+// passes before every lane has arrived there, done reading this one. (Every lane of a warp makes
+// the same exchanges in the same order, as full-mask shuffles require, so their halves agree.)
+inline uint64_t* next_exchange() {
+  *detail::running_exchange_half ^= 1;
+  return detail::running_exchange + 32 * *detail::running_exchange_half;
+}
 
 // Every lane of the caller's warp contributes `bytes` (at most 64) from `mine`; each gets all 32
 // contributions in `all` (lane order). For warp-collective instructions (mma.sync).
@@ -91,10 +100,10 @@ T shuffle(T v, int src) {
   const int lane = current().linear % 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  *exchange_slot(lane) = bits;
+  uint64_t* slots = next_exchange();
+  slots[lane] = bits;
   sync_warp();
-  const uint64_t got = *exchange_slot(src & 31);
-  sync_warp();  // nobody overwrites its slot before every lane has read
+  const uint64_t got = slots[src & 31];
   T out;
   std::memcpy(&out, &got, sizeof(T));
   return out;
@@ -128,14 +137,13 @@ inline int __any_sync(unsigned /*full mask*/, int predicate) {
   any = predicate != 0;
   return any;
 }
-// Every lane's predicate as bit `lane` (one exchange: two warp barriers).
+// Every lane's predicate as bit `lane` (one exchange).
 inline unsigned __ballot_sync(unsigned /*full mask*/, int predicate) {
-  const int lane = ::simt::current().linear % 32;
-  *::simt::exchange_slot(lane) = predicate != 0 ? 1u : 0u;
+  uint64_t* slots = ::simt::next_exchange();
+  slots[::simt::current().linear % 32] = predicate != 0 ? 1u : 0u;
   ::simt::sync_warp();
   unsigned bits = 0;
-  for (int l = 0; l < 32; l++) bits |= unsigned(*::simt::exchange_slot(l) & 1u) << l;
-  ::simt::sync_warp();  // nobody overwrites its slot before every lane has read
+  for (int l = 0; l < 32; l++) bits |= unsigned(slots[l] & 1u) << l;
   return bits;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
