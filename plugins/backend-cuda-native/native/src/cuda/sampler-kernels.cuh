@@ -639,7 +639,7 @@ __device__ void small_sort(int32_t* ids, double* keys, int lo, int hi) {
   __syncthreads();
 }
 
-// ---- the warpers by the block (sampler-core.h's, leaving the same arrays) ----
+// ---- the warpers by the block (sampler-core.h's: the same candidates, order and prob) ----
 //
 // They order candidates by s.keys_at, the key by position (key[ids[p]] of the port), which the
 // selections keep aligned as they move ids: no gathers through ids, and s.key goes unused.

@@ -1,7 +1,8 @@
 // The engine's token sampler (core/src/engine/sampler/*.ts) ported line by line, for the
 // Device::sample op of every device: the reference runs it per row, the cpu device per row on
 // its pool; the cuda kernel (cuda/sampler-kernels.cuh) runs block-parallel versions of these
-// functions that leave every array as they do, and calls the small pieces directly.
+// functions that leave the candidates, their order and their probabilities as they do, and calls
+// the small pieces directly.
 //
 // Exactness is the point, so this mirrors the JS arithmetic, not just its mathematics:
 // - JS numbers are f64: every sum, product and comparison the JS does in f64 is done in f64 here,
