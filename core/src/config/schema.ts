@@ -123,6 +123,13 @@ export const SpeculationSchema = z
         draft_tokens: z.number().int().min(0).max(64).default(0),
       })
       .prefault({}),
+    /**
+     * With prompt lookup on, what drafts for a request that has Medusa heads: `learned` picks its
+     * heads or prompt lookup per adapter and speculator, by the decode speed each gave that key's
+     * finished requests (heads trained on base outputs draft poorly for some adapters, and lookup
+     * wins on text that repeats itself); `heads` always uses the heads. Speed only, never outputs.
+     */
+    drafter_choice: z.enum(['learned', 'heads']).default('learned'),
   })
   .prefault({})
 

@@ -24,6 +24,7 @@ import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-optio
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
 import { draftFromIds } from './medusa/draft.ts'
+import { DrafterChoice } from './medusa/drafter-choice.ts'
 import { branchCompaction, walkVerification, type Sampled } from './medusa/verify.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
@@ -129,6 +130,8 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     readonly tree: MedusaTree
     readonly family: TreeFamily
   } | null
+  /** Heads or prompt lookup for requests that have heads, learned per key; null: heads always. */
+  private readonly drafterChoice: DrafterChoice | null
   private readonly speculationMaxBatchSize: number
   private readonly speculationMaxTokens: number
 
@@ -169,6 +172,10 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     } else {
       this.promptLookup = null
     }
+    const choice = speculation.drafterChoice ?? 'learned'
+    if (choice !== 'learned' && choice !== 'heads')
+      throw new RangeError(`speculation.drafterChoice must be 'learned' or 'heads' (got ${String(choice)})`)
+    this.drafterChoice = this.promptLookup !== null && choice === 'learned' ? new DrafterChoice() : null
     this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
     this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
@@ -247,7 +254,9 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       maxBatchSize: this.speculationMaxBatchSize,
       maxTokens: this.speculationMaxTokens,
       contextLimit,
-      medusaSlotOf: (seq: Sequence) => (seq.request.speculator === null ? -1 : adapters.slotOf(seq.request.speculator)),
+      // A request with heads that drafts by prompt lookup (`DrafterChoice`) runs no heads.
+      medusaSlotOf: (seq: Sequence) =>
+        seq.request.speculator === null || seq.drafter !== 'medusa' ? -1 : adapters.slotOf(seq.request.speculator),
       policy: this.treePolicy,
     }
     this.loaded = {
@@ -496,19 +505,26 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
   }
 
   /**
-   * What drafts for a request: its Medusa heads; else prompt lookup when configured, except for
-   * sampling under an output constraint (which the core keeps from speculating: see
-   * `GenerationService`); else nothing.
+   * What drafts for a request: its Medusa heads -- or, with prompt lookup on, whichever of its
+   * heads and prompt lookup the drafter choice picks for its key; else prompt lookup when
+   * configured, except for sampling under an output constraint (which the core keeps from
+   * speculating: see `GenerationService`); else nothing.
    */
-  private drafterOf(request: BackendRequest): { drafter?: Drafter; policyKey?: string } {
+  private drafterOf(request: BackendRequest): { drafter?: Drafter; policyKey?: string; choiceKey?: string } {
     const adapterKey = request.adapter?.key ?? null
     // Sampled rows accept far fewer candidates than greedy ones: they learn apart.
     const { temperature, topK } = request.sampling
     const mode = temperature > 0 && topK !== 1 ? '|sampled' : ''
-    if (request.speculator !== null)
-      return { drafter: 'medusa', policyKey: speculationKey(adapterKey, request.speculator.key) + mode }
-    if (this.promptLookup === null || (request.grammar !== null && temperature > 0)) return {}
-    return { drafter: 'prompt-lookup', policyKey: speculationKey(adapterKey, 'prompt-lookup') + mode }
+    const lookupAllowed = this.promptLookup !== null && !(request.grammar !== null && temperature > 0)
+    const lookupKey = speculationKey(adapterKey, 'prompt-lookup') + mode
+    if (request.speculator !== null) {
+      const headsKey = speculationKey(adapterKey, request.speculator.key) + mode
+      if (this.drafterChoice === null || !lookupAllowed) return { drafter: 'medusa', policyKey: headsKey }
+      const drafter = this.drafterChoice.choose(headsKey)
+      return { drafter, policyKey: drafter === 'medusa' ? headsKey : lookupKey, choiceKey: headsKey }
+    }
+    if (!lookupAllowed) return {}
+    return { drafter: 'prompt-lookup', policyKey: lookupKey }
   }
 
   /** The candidate trees of a sequence's policy key (see `SchedulerSpeculation.familyOf`). */
@@ -633,6 +649,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     const token = this.take(seq, results, at)
     if (token === 'done') return this.finish(seq, 'eos_token')
     if (token === 'none') return this.fail(seq, new LoomError('generation_error', { detail: NO_TOKEN_ALLOWED }))
+    seq.firstTokenAt ??= this.now()
     seq.channel.push({ type: 'tokens', tokens: [token] })
     const ending = this.stopReason(seq, token.id)
     if (ending !== null) this.finish(seq, ending)
@@ -668,10 +685,18 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
 
   private finish(seq: Sequence, reason: BackendFinishReason): void {
     if (!this.active.has(seq)) return
+    this.recordDrafterSpeed(seq)
     const queueMs = (seq.firstScheduledAt ?? this.now()) - seq.submittedAt
     seq.channel.push({ type: 'finish', reason, queueMs })
     seq.channel.end()
     this.release(seq)
+  }
+
+  /** A finished request's decode speed (tokens after the first, from the first on) for its drafter choice. */
+  private recordDrafterSpeed(seq: Sequence): void {
+    if (this.drafterChoice === null || seq.choiceKey === null || seq.firstTokenAt === null) return
+    if (seq.drafter !== 'medusa' && seq.drafter !== 'prompt-lookup') return
+    this.drafterChoice.record(seq.choiceKey, seq.drafter, seq.generated - 1, this.now() - seq.firstTokenAt)
   }
 
   private fail(seq: Sequence, err: unknown): void {

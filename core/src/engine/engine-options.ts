@@ -50,6 +50,12 @@ export interface SpeculationOptions {
    * row's last n-gram, verified by the same lossless path. Absent, or `draftTokens` 0: off.
    */
   readonly promptLookup?: PromptLookupOptions
+  /**
+   * With prompt lookup on, what drafts for a request that has Medusa heads: `learned` (default)
+   * picks its heads or prompt lookup per adapter × speculator from the decode speed each gave the
+   * key's finished requests (`DrafterChoice`); `heads` always uses the heads.
+   */
+  readonly drafterChoice?: 'learned' | 'heads'
 }
 
 export interface BatchingEngineOptions {

@@ -35,6 +35,13 @@ export class Sequence {
   readonly drafter: Drafter
   /** Its (adapter, drafter) key in the adaptive tree policy (`speculationKey`); '' without a drafter. */
   readonly policyKey: string
+  /**
+   * Its key in the drafter choice (`DrafterChoice`) when its drafter was chosen between its heads
+   * and prompt lookup; null otherwise. Its decode speed is recorded there when it finishes.
+   */
+  readonly choiceKey: string | null
+  /** When its first generated token was emitted (decode speed is timed from there); null before. */
+  firstTokenAt: number | null = null
 
   state: SequenceState = 'queued'
   /**
@@ -83,6 +90,7 @@ export class Sequence {
     submittedAt: number
     drafter?: Drafter
     policyKey?: string
+    choiceKey?: string | null
   }) {
     this.seqId = init.seqId
     this.request = init.request
@@ -92,6 +100,7 @@ export class Sequence {
     this.submittedAt = init.submittedAt
     this.drafter = init.drafter ?? null
     this.policyKey = init.policyKey ?? ''
+    this.choiceKey = init.choiceKey ?? null
     this.tokens = [...init.request.inputIds]
     this.promptLength = this.tokens.length
     this.prefillTokens = init.request.prefillLogprobs ? [{ id: this.tokens[0]!, logprob: null }] : null

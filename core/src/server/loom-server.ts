@@ -179,6 +179,7 @@ export class LoomServer {
                   ngramSize: config.speculation.prompt_lookup.ngram_size,
                   draftTokens: config.speculation.prompt_lookup.draft_tokens,
                 },
+                drafterChoice: config.speculation.drafter_choice,
               },
               logger: logger.child({ component: 'engine' }),
               name: shortName(runnerPlugin ?? 'step-runner'),

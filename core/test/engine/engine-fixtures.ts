@@ -112,7 +112,7 @@ export async function startEngine(
   runnerOptions: FakeStepRunnerOptions = {},
   limits: Partial<BatchingEngineLimits> = {},
   readAdapter: ReadAdapter = readFakeLora,
-  adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes' | 'speculation'> = {},
+  adapterOptions: Pick<BatchingEngineOptions, 'adapterLoadTimeoutMs' | 'hostCacheBytes' | 'speculation' | 'now'> = {},
 ): Promise<EngineSetup> {
   const runner = new FakeStepRunner(runnerOptions)
   const constraints = new TestConstraints()

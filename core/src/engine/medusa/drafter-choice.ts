@@ -1,0 +1,128 @@
+import type { Drafter } from '../sequence.ts'
+
+/** The two drafters a request with Medusa heads can use when prompt lookup is configured too. */
+export type ChosenDrafter = Extract<Drafter, 'medusa' | 'prompt-lookup'>
+
+export interface DrafterChoiceOptions {
+  /** Keys remembered (least recently used forgotten first), however many adapters pass. */
+  readonly maxKeys: number
+  /** Admissions per key that try each drafter before either is preferred. */
+  readonly warmup: number
+  /** Once a drafter is preferred, every `exploreEvery`-th admission of the key tries the other. */
+  readonly exploreEvery: number
+  /** Weight of older requests in a drafter's speed (0-1): lower forgets faster. */
+  readonly decay: number
+}
+
+export const DEFAULT_DRAFTER_CHOICE: DrafterChoiceOptions = { maxKeys: 256, warmup: 2, exploreEvery: 8, decay: 0.8 }
+
+/** What one drafter delivered for a key: decayed sums of decode tokens and their milliseconds. */
+interface Arm {
+  tokens: number
+  ms: number
+  /** Requests that finished with it. */
+  finished: number
+  /** Admissions given it. */
+  chosen: number
+}
+
+interface KeyState {
+  readonly medusa: Arm
+  readonly lookup: Arm
+  admissions: number
+}
+
+/**
+ * Which drafter a request that has Medusa heads uses when prompt lookup is configured too: its
+ * heads or prompt lookup, chosen per key (adapter × speculator × greedy/sampled) by the decode
+ * speed each delivered to the key's finished requests (tokens after the first over the time from
+ * the first token to the last).
+ *
+ * Why: heads trained on the base model's outputs draft poorly for an adapter, and on text that
+ * repeats itself prompt lookup drafts better than heads at all (on the demo model, sequential
+ * greedy traffic ran 1.51× with lookup vs 1.16× with heads for base requests, 1.30× vs 1.15× for
+ * `devil`). Both are lossless, so the choice changes speed only. The policy learns per key, so one
+ * adapter's traffic never moves another's choice; each key's state is a few numbers in a bounded LRU.
+ *
+ * How: the first `warmup` admissions of each drafter alternate; then the faster one is used, and
+ * every `exploreEvery`-th admission tries the other, so a key whose traffic changes can switch.
+ * Speeds are ratios of decayed sums, so a few slow requests (a busy batch) move them only partly.
+ */
+export class DrafterChoice {
+  private readonly keys = new Map<string, KeyState>()
+
+  constructor(private readonly options: DrafterChoiceOptions = DEFAULT_DRAFTER_CHOICE) {
+    if (!(options.maxKeys >= 1 && options.warmup >= 0 && options.exploreEvery >= 2))
+      throw new RangeError('drafter choice: maxKeys >= 1, warmup >= 0 and exploreEvery >= 2 are required')
+    if (!(options.decay > 0 && options.decay <= 1)) throw new RangeError('drafter choice: decay must be in (0, 1]')
+  }
+
+  /** The drafter for the next admission under `key`. */
+  choose(key: string): ChosenDrafter {
+    const state = this.state(key)
+    state.admissions++
+    const { medusa, lookup } = state
+    let pick: ChosenDrafter
+    if (medusa.chosen < this.options.warmup || lookup.chosen < this.options.warmup) {
+      pick = lookup.chosen < medusa.chosen ? 'prompt-lookup' : 'medusa'
+    } else {
+      const best = this.preferred(state)
+      const other: ChosenDrafter = best === 'medusa' ? 'prompt-lookup' : 'medusa'
+      pick = state.admissions % this.options.exploreEvery === 0 ? other : best
+    }
+    ;(pick === 'medusa' ? medusa : lookup).chosen++
+    return pick
+  }
+
+  /**
+   * A finished request of `key` that used `drafter`: `tokens` decode tokens in `ms`. Requests too
+   * short to time (fewer than 2 tokens or no measurable time) are not counted.
+   */
+  record(key: string, drafter: ChosenDrafter, tokens: number, ms: number): void {
+    if (!(tokens >= 2 && ms > 0)) return
+    const state = this.keys.get(key)
+    if (state === undefined) return // forgotten meanwhile: its next admissions start over
+    const arm = drafter === 'medusa' ? state.medusa : state.lookup
+    arm.tokens = arm.tokens * this.options.decay + tokens
+    arm.ms = arm.ms * this.options.decay + ms
+    arm.finished++
+  }
+
+  /** The faster drafter of a key so far (heads until both have finished requests), for tests and logs. */
+  preferredFor(key: string): ChosenDrafter | null {
+    const state = this.keys.get(key)
+    return state === undefined ? null : this.preferred(state)
+  }
+
+  /** Decode tokens per millisecond each drafter delivered to `key` (NaN before any finished). */
+  speeds(key: string): { medusa: number; lookup: number } | null {
+    const state = this.keys.get(key)
+    if (state === undefined) return null
+    return { medusa: speed(state.medusa), lookup: speed(state.lookup) }
+  }
+
+  private preferred(state: KeyState): ChosenDrafter {
+    if (state.medusa.finished === 0 || state.lookup.finished === 0) return 'medusa'
+    return speed(state.lookup) > speed(state.medusa) ? 'prompt-lookup' : 'medusa'
+  }
+
+  private state(key: string): KeyState {
+    let state = this.keys.get(key)
+    if (state !== undefined) {
+      this.keys.delete(key) // re-inserted last: the map's order is least recently used first
+    } else {
+      state = { medusa: emptyArm(), lookup: emptyArm(), admissions: 0 }
+      if (this.keys.size >= this.options.maxKeys) this.keys.delete(this.keys.keys().next().value!)
+    }
+    this.keys.set(key, state)
+    return state
+  }
+}
+
+function emptyArm(): Arm {
+  return { tokens: 0, ms: 0, finished: 0, chosen: 0 }
+}
+
+function speed(arm: Arm): number {
+  return arm.finished === 0 ? Number.NaN : arm.tokens / arm.ms
+}
