@@ -520,8 +520,11 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     if (request.speculator !== null) {
       const headsKey = speculationKey(adapterKey, request.speculator.key) + mode
       if (this.drafterChoice === null || !lookupAllowed) return { drafter: 'medusa', policyKey: headsKey }
-      const drafter = this.drafterChoice.choose(headsKey)
-      return { drafter, policyKey: drafter === 'medusa' ? headsKey : lookupKey, choiceKey: headsKey }
+      // A request's decode speed depends on how many share its steps: each drafter is judged
+      // against the other at the same load (this request and those running or queued now).
+      const choiceKey = `${headsKey}|${loadBucket(this.active.size + 1)}`
+      const drafter = this.drafterChoice.choose(choiceKey)
+      return { drafter, policyKey: drafter === 'medusa' ? headsKey : lookupKey, choiceKey }
     }
     if (!lookupAllowed) return {}
     return { drafter: 'prompt-lookup', policyKey: lookupKey }
@@ -767,4 +770,9 @@ function lookupFamily(tree: MedusaTree): TreeFamily {
     tree,
     tree.paths.slice(1).map((key) => key.split(',').map(Number)),
   )
+}
+
+/** Concurrency buckets for the drafter choice: alone, a few, a batch, a big batch. */
+function loadBucket(sequences: number): string {
+  return sequences <= 1 ? 'alone' : sequences <= 4 ? 'few' : sequences <= 16 ? 'batch' : 'big'
 }

@@ -34,9 +34,10 @@ interface KeyState {
 
 /**
  * Which drafter a request that has Medusa heads uses when prompt lookup is configured too: its
- * heads or prompt lookup, chosen per key (adapter × speculator × greedy/sampled) by the decode
- * speed each delivered to the key's finished requests (tokens after the first over the time from
- * the first token to the last).
+ * heads or prompt lookup, chosen per key (adapter × speculator × greedy/sampled × how many
+ * requests were in flight at its admission, since that sets a request's speed as much as its
+ * drafter does) by the decode speed each delivered to the key's finished requests (tokens after
+ * the first over the time from the first token to the last).
  *
  * Why: heads trained on the base model's outputs draft poorly for an adapter, and on text that
  * repeats itself prompt lookup drafts better than heads at all (on the demo model, sequential
