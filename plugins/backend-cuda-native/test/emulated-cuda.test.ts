@@ -24,21 +24,13 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)
   t.ok(Number(coverage?.[2]) > 0, `the split-KV path ran (${coverage?.[0]})`)
   t.ok(Number(coverage?.[2]) < Number(coverage?.[1]), 'and the single-item path too')
-  const matmul = /emulated matmul: (\d+) gemv jobs, (\d+) simt jobs, (\d+) tensor-core jobs/.exec(result.output)
-  const ran = [1, 2, 3].every((i) => Number(matmul?.[i]) > 0)
+  const matmul =
+    /emulated matmul: (\d+) gemv jobs \((\d+) calls of several in one launch\), (\d+) simt jobs, (\d+) tensor-core jobs \((\d+) with split K\)/.exec(
+      result.output,
+    )
+  const ran = [1, 3, 4].every((i) => Number(matmul?.[i]) > 0)
   t.ok(ran, `all three emulated matmul kernels ran (${matmul?.[0]})`)
-})
-
-t.test('whole models through the emulated cuda device match the cpu device (part b, Llama)', async (t) => {
-  // The model's device-memory paths (weights uploaded, results downloaded, every tree node sampled
-  // in one launch, f16 KV cache) with the emulated kernels, against the cpu device: greedy tokens
-  // and walk ends identical, seeded sampled tokens identical, rows alone equal to themselves.
-  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
-  if ('error' in built) return t.fail(built.error)
-  const args = ['--models', 'small', '--device', 'emulated-cuda', '--model', 'llama', '--steps', '1']
-  const result = await run(built.program, args)
-  t.comment(result.output.trimEnd())
-  t.equal(result.status, 0, 'every model passes')
-  const rows = [...result.output.matchAll(/^llama\s+(f32|bf16)\s+emulated-cuda vs cpu .* ok$/gm)]
-  t.equal(rows.length, 2, 'llama in f32 and bf16, both ok')
+  t.ok(Number(matmul?.[2]) > 0, 'and the GEMV with several jobs in one launch')
+  const split = Number(matmul?.[5])
+  t.ok(split > 0 && split < Number(matmul?.[4]), 'and the tensor-core GEMM both with K split and whole')
 })

@@ -33,6 +33,8 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
     'lora op B=1 (L2-hot)',
     'lora op B=4 distinct',
     'lora op B=4 distinct (L2-hot)',
+    // tiny: intermediate 512, hidden 256; batches 1, the largest (4) and 8
+    ...[1, 4, 8].flatMap((b) => [`matmul op gate/up 512x256 B=${b}`, `matmul op down 256x512 B=${b}`]),
     ...[1, 4].flatMap((b) =>
       ['base, greedy', 'base, sampled mix', 'one adapter, sampled mix', 'distinct adapters, sampled mix'].map(
         (v) => `decode B=${b} ${v}`,
@@ -52,7 +54,7 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
     t.ok(Number.isFinite(s) && s > 0, `${figure}: time ${time}`)
     const r = Number(/^([\d.]+) /.exec(rate)?.[1])
     t.ok(Number.isFinite(r) && r > 0, `${figure}: rate ${rate}`)
-    if (figure.startsWith('decode') || figure.startsWith('lora op')) {
+    if (figure.startsWith('decode') || figure.startsWith('lora op') || figure.startsWith('matmul op')) {
       const pct = Number(/^(\d+)%$/.exec(share)?.[1])
       t.ok(Number.isFinite(pct) && pct > 0, `${figure}: share of its roofline ${share}`)
     }
