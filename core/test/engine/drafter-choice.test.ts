@@ -6,10 +6,16 @@ import { collect, GREEDY, idsOf, localAdapter, localMedusa, makeRequest, startEn
 
 const options = { maxKeys: 2, warmup: 2, exploreEvery: 4, decay: 0.8 }
 
-t.test('warm-up alternates the drafters, then the faster one is used and the other explored', async (t) => {
+t.test('warm-up tries both drafters, then the faster one is used and the other explored', async (t) => {
   const choice = new DrafterChoice(options)
   const warm = [0, 1, 2, 3].map(() => choice.choose('base|heads'))
-  t.same(warm, ['medusa', 'prompt-lookup', 'medusa', 'prompt-lookup'], 'two admissions each, alternating')
+  t.same(warm, ['medusa', 'prompt-lookup', 'prompt-lookup', 'medusa'], 'two admissions each, in Thue-Morse order')
+  const eight = new DrafterChoice({ ...options, warmup: 4 })
+  const order = Array.from({ length: 8 }, () => eight.choose('k'))
+  // Over a cycle of 4 prompts (admission i gets prompt i % 4), each drafter sees all four.
+  const promptsOf = (d: string) => order.flatMap((x, i) => (x === d ? [i % 4] : [])).sort()
+  t.same(promptsOf('medusa'), [0, 1, 2, 3], 'heads try every prompt of a 4-cycle')
+  t.same(promptsOf('prompt-lookup'), [0, 1, 2, 3], 'and so does lookup')
   t.equal(choice.preferredFor('base|heads'), 'medusa', 'heads until both have finished requests')
   choice.record('base|heads', 'medusa', 50, 100) // 0.5 tokens/ms
   choice.record('base|heads', 'prompt-lookup', 90, 100) // 0.9 tokens/ms
@@ -95,11 +101,11 @@ async function serveWithHeads(
   const kjv = await engine.loadAdapter(localAdapter('kjv'))
   const outputs: number[][] = []
   const requests: BackendRequest[] = []
-  for (let i = 0; i < 12; i++) {
+  for (let i = 0; i < 14; i++) {
     const request = makeRequest({
       inputIds: [1, 2, 3, 4 + (i % 5), 1, 2, 3, 5, 6, 1, 2, 3],
       maxNewTokens: 24,
-      adapter: i >= 10 ? kjv : null, // the last two: another key
+      adapter: i >= 12 ? kjv : null, // the last two: another key
       speculator: medusa,
       sampling,
     })
@@ -129,15 +135,12 @@ t.test('in the engine: the faster drafter per key, outputs unchanged', async (t)
   // Heads cost 3x a step here: the choice must move base requests to prompt lookup.
   const learned = await serveWithHeads(t, 'learned', 3)
   learned.outputs.forEach((ids, i) => t.same(ids, plain.outputs[i], `request ${i}: same tokens either way`))
-  const base = learned.drafters.slice(0, 10)
-  t.same(base.slice(0, 4), ['heads', 'lookup', 'heads', 'lookup'], 'warm-up: two requests with each')
-  const later = base.slice(4)
-  t.ok(
-    later.filter((d) => d === 'lookup').length >= later.length - 1,
-    `then prompt lookup, heads explored at most once (${later.join(' ')})`,
-  )
+  const base = learned.drafters.slice(0, 12)
+  const warmUp = ['heads', 'lookup', 'lookup', 'heads', 'lookup', 'heads', 'heads', 'lookup']
+  t.same(base.slice(0, 8), warmUp, 'warm-up: four requests with each, in Thue-Morse order')
+  t.same(base.slice(8), ['lookup', 'lookup', 'lookup', 'lookup'], 'then prompt lookup (admissions 9-12)')
   // kjv with the same heads is another key: it warms up on its own, heads first.
-  t.same(learned.drafters.slice(10), ['heads', 'lookup'], "kjv's first requests: its own warm-up")
+  t.same(learned.drafters.slice(12), ['heads', 'lookup'], "kjv's first requests: its own warm-up")
 })
 
 t.test('in the engine: sampled requests stay the same whichever drafter runs', async (t) => {

@@ -6,7 +6,10 @@ export type ChosenDrafter = Extract<Drafter, 'medusa' | 'prompt-lookup'>
 export interface DrafterChoiceOptions {
   /** Keys remembered (least recently used forgotten first), however many adapters pass. */
   readonly maxKeys: number
-  /** Admissions per key that try each drafter before either is preferred. */
+  /**
+   * Admissions per key that try each drafter before either is preferred (2 x warmup in all, in
+   * Thue-Morse order: see `choose`).
+   */
   readonly warmup: number
   /** Once a drafter is preferred, every `exploreEvery`-th admission of the key tries the other. */
   readonly exploreEvery: number
@@ -14,7 +17,7 @@ export interface DrafterChoiceOptions {
   readonly decay: number
 }
 
-export const DEFAULT_DRAFTER_CHOICE: DrafterChoiceOptions = { maxKeys: 256, warmup: 2, exploreEvery: 8, decay: 0.8 }
+export const DEFAULT_DRAFTER_CHOICE: DrafterChoiceOptions = { maxKeys: 256, warmup: 4, exploreEvery: 8, decay: 0.8 }
 
 /** What one drafter delivered for a key: decayed sums of decode tokens and their milliseconds. */
 interface Arm {
@@ -22,8 +25,6 @@ interface Arm {
   ms: number
   /** Requests that finished with it. */
   finished: number
-  /** Admissions given it. */
-  chosen: number
 }
 
 interface KeyState {
@@ -45,9 +46,12 @@ interface KeyState {
  * `devil`). Both are lossless, so the choice changes speed only. The policy learns per key, so one
  * adapter's traffic never moves another's choice; each key's state is a few numbers in a bounded LRU.
  *
- * How: the first `warmup` admissions of each drafter alternate; then the faster one is used, and
- * every `exploreEvery`-th admission tries the other, so a key whose traffic changes can switch.
- * Speeds are ratios of decayed sums, so a few slow requests (a busy batch) move them only partly.
+ * How: the first 2 x `warmup` admissions try both drafters in Thue-Morse order (heads, lookup,
+ * lookup, heads, lookup, heads, heads, lookup): traffic that cycles through 2 or 4 prompts (or
+ * alternates two kinds of request) gives each drafter the same prompts, where plain alternation
+ * would judge heads on the odd ones and lookup on the even ones. Then the faster one is used,
+ * and every `exploreEvery`-th admission tries the other, so a key whose traffic changes can
+ * switch. Speeds are ratios of decayed sums, so a few slow requests move them only partly.
  */
 export class DrafterChoice {
   private readonly keys = new Map<string, KeyState>()
@@ -61,18 +65,11 @@ export class DrafterChoice {
   /** The drafter for the next admission under `key`. */
   choose(key: string): ChosenDrafter {
     const state = this.state(key)
-    state.admissions++
-    const { medusa, lookup } = state
-    let pick: ChosenDrafter
-    if (medusa.chosen < this.options.warmup || lookup.chosen < this.options.warmup) {
-      pick = lookup.chosen < medusa.chosen ? 'prompt-lookup' : 'medusa'
-    } else {
-      const best = this.preferred(state)
-      const other: ChosenDrafter = best === 'medusa' ? 'prompt-lookup' : 'medusa'
-      pick = state.admissions % this.options.exploreEvery === 0 ? other : best
-    }
-    ;(pick === 'medusa' ? medusa : lookup).chosen++
-    return pick
+    const n = state.admissions++
+    if (n < 2 * this.options.warmup) return thueMorse(n) ? 'prompt-lookup' : 'medusa'
+    const best = this.preferred(state)
+    const other: ChosenDrafter = best === 'medusa' ? 'prompt-lookup' : 'medusa'
+    return state.admissions % this.options.exploreEvery === 0 ? other : best
   }
 
   /**
@@ -121,7 +118,14 @@ export class DrafterChoice {
 }
 
 function emptyArm(): Arm {
-  return { tokens: 0, ms: 0, finished: 0, chosen: 0 }
+  return { tokens: 0, ms: 0, finished: 0 }
+}
+
+/** Bit n of the Thue-Morse sequence: the parity of n's set bits. */
+function thueMorse(n: number): boolean {
+  let parity = false
+  for (let v = n; v > 0; v &= v - 1) parity = !parity
+  return parity
 }
 
 function speed(arm: Arm): number {
