@@ -23,7 +23,7 @@ import { AdapterRegistry, type AdapterCacheStats } from './adapter-registry.ts'
 import type { BatchingEngineLimits, BatchingEngineOptions } from './engine-options.ts'
 import { EventChannel } from './event-channel.ts'
 import { KvBlockAllocator } from './kv-block-allocator.ts'
-import { draftFromIds } from './medusa/draft.ts'
+import { draftFromIds, withLookupChain } from './medusa/draft.ts'
 import { DrafterChoice } from './medusa/drafter-choice.ts'
 import { branchCompaction, walkVerification, type Sampled } from './medusa/verify.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
@@ -593,10 +593,19 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       seq.draft = lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree)
       return
     }
-    seq.draft =
-      planned.row.medusaSlot < 0
+    if (planned.row.medusaSlot < 0) {
+      seq.draft = null
+      return
+    }
+    const heads = draftFromIds(this.tree, seq.request.speculator!.size, output.draftIds, draftAt, k)
+    // With prompt lookup on, a full n-gram match puts its continuation on the heads' top-1 path.
+    const lookup = this.promptLookup
+    const { grammar, sampling } = seq.request
+    const chain =
+      lookup === null || (grammar !== null && sampling.temperature > 0)
         ? null
-        : draftFromIds(this.tree, seq.request.speculator!.size, output.draftIds, draftAt, k)
+        : lookupDraft(seq.tokens, lookup.options, lookup.tree, lookup.options.ngramSize)
+    seq.draft = chain === null ? heads : withLookupChain(this.tree, heads, chain, output.draftIds, draftAt, k)
   }
 
   /**

@@ -1,5 +1,7 @@
 import t from 'tap'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import { draftFromIds, withLookupChain } from '../../src/engine/medusa/draft.ts'
+import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
 import { lookupDraft, lookupTree } from '../../src/engine/medusa/prompt-lookup.ts'
 import { collect, GREEDY, idsOf, localAdapter, localMedusa, makeRequest, startEngine } from './engine-fixtures.ts'
 
@@ -68,5 +70,29 @@ t.test('prompt lookup options are checked', async (t) => {
   await t.rejects(
     startEngine({}, {}, undefined, { speculation: { promptLookup: { ngramSize: -1, draftTokens: 4 } } }),
     /ngramSize/,
+  )
+})
+
+t.test("a lookup chain on the heads' top-1 path keeps the heads' other candidates", async (t) => {
+  const tree = new MedusaTree(DEFAULT_MEDUSA_CHOICES)
+  const heads = tree.maxDepth
+  const k = Math.max(...tree.topKPerHead)
+  // Head d's rank-r candidate is 1000 * (d + 1) + r.
+  const ids = Int32Array.from({ length: heads * k }, (_, i) => 1000 * (Math.floor(i / k) + 1) + (i % k))
+  const plain = draftFromIds(tree, heads, ids, 0, k)
+  const chain = lookupDraft([7, 8, 9, 1, 2, 3, 7, 8, 9], { ngramSize: 3, draftTokens: 3 }, lookupTree(3), 3)!
+  t.same([...chain.tokens.subarray(1, 4)], [1, 2, 3], 'the chain: what followed the earlier 7 8 9')
+  const mixed = withLookupChain(tree, plain, chain, ids, 0, k)
+  const at = (path: string) => mixed.tokens[tree.nodeOf.get(path)!]
+  t.same([at('0'), at('0,0'), at('0,0,0')], [1, 2, 3], 'the chain on the top-1 path')
+  t.equal(at('0,0,0,0'), 4000, 'below the chain the heads draft as before')
+  t.same([at('1'), at('2')], [1000, 1001], "the heads' best move one rank down beside the chain")
+  t.equal(at('0,1'), 2000, 'at every level on the chain')
+  t.equal(at('1,0'), plain.tokens[tree.nodeOf.get('1,0')!], "below a heads' node nothing changes")
+  t.equal(mixed.depth, plain.depth)
+  t.equal(
+    lookupDraft([5, 6, 9, 4, 6], { ngramSize: 3, draftTokens: 4 }, lookupTree(4), 3),
+    null,
+    'minNgram: a one-token match does not count',
   )
 })

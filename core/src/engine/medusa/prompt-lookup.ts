@@ -23,12 +23,18 @@ export function lookupTree(draftTokens: number): MedusaTree {
  * are looked up in the earlier tokens, most recent occurrence first; the tokens that followed it
  * become the draft, a chain of up to `draftTokens` for `tree` (`lookupTree`). Null when nothing
  * matches. Text that repeats itself (lists, code, quoting the prompt) drafts well; verification
- * keeps the output lossless whatever is drafted.
+ * keeps the output lossless whatever is drafted. `minNgram` stops the search at longer n-grams
+ * (a full-length match is a much better bet than one repeated token).
  */
-export function lookupDraft(tokens: readonly number[], options: PromptLookupOptions, tree: MedusaTree): Draft | null {
+export function lookupDraft(
+  tokens: readonly number[],
+  options: PromptLookupOptions,
+  tree: MedusaTree,
+  minNgram = 1,
+): Draft | null {
   const len = tokens.length
   const floor = Math.max(0, len - MAX_LOOKBACK)
-  for (let n = Math.min(options.ngramSize, len - 1); n >= 1; n--) {
+  for (let n = Math.min(options.ngramSize, len - 1); n >= Math.max(1, minNgram); n--) {
     // A match ends at `end` (exclusive) with `end < len`, so at least one token follows it.
     for (let end = len - 1; end - n >= floor; end--) {
       let k = 0
