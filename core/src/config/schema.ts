@@ -116,6 +116,8 @@ export const SpeculationSchema = z
      * Prompt lookup (n-gram) drafting for requests without Medusa heads (LoRAX and TGI's n-gram
      * speculation): the tokens that followed the latest earlier occurrence of the row's last
      * `ngram_size` tokens (then shorter n-grams) are verified losslessly. `draft_tokens` 0: off.
+     * Requests that draft by Medusa heads get a full `ngram_size` match's continuation on the
+     * heads' top-1 path (the heads' candidates keep the other branches).
      */
     prompt_lookup: z
       .strictObject({
