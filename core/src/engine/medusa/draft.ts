@@ -49,12 +49,16 @@ export function withLookupChain(
 ): Draft {
   const tokens = new Int32Array(heads.tokens)
   const chainDepth = Math.min(chain.depth, heads.depth)
+  // Nodes on the top-1 path within the chain's depth (parents precede their children).
+  const onChain = new Uint8Array(tree.size)
+  onChain[0] = 1
   for (let node = 1; node < tree.size; node++) {
     const d = tree.depth[node]!
-    if (d > heads.depth) break
-    if (d > chainDepth || !onChain(tree.paths[node]!, d - 1)) continue // parent off the chain
+    if (d > chainDepth) break
+    if (onChain[tree.parent[node]!] === 0) continue // below a heads' node: unchanged
     const rank = tree.rank[node]!
     if (rank === 0) {
+      onChain[node] = 1
       tokens[node] = chain.tokens[d]!
     } else {
       const below = rank - 1
@@ -62,14 +66,6 @@ export function withLookupChain(
     }
   }
   return { tokens, depth: heads.depth }
-}
-
-/** Whether the first `levels` ranks of a node's path (`MedusaTree.paths`) are all 0. */
-function onChain(path: string, levels: number): boolean {
-  if (levels === 0) return true
-  const ranks = path.split(',')
-  for (let i = 0; i < levels; i++) if (ranks[i] !== '0') return false
-  return true
 }
 
 /** The `k` largest entries of `logits[offset, offset + n)` by id, best first (ties: lower id). */
