@@ -20,7 +20,6 @@
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -280,8 +279,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
-      split_partials_.resize(size_t(std::max<int64_t>(int64_t(split_partials_.size()), tc_split_floats(jobs[i], T, sms))));
-      if (tc_split_floats(jobs[i], T, sms) > 0) split_jobs_++;
+      const int64_t need = tc_split_floats(jobs[i], T, sms);
+      if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
+      if (need > 0) split_jobs_++;
       switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, split_partials_.data(),
                                 int64_t(split_partials_.size()), launch)) {
         case MatmulPath::kTensorCore: tensor_core_jobs_++; break;

@@ -49,12 +49,21 @@ inline int64_t tc_split_chunk(int64_t K, int splits) {
   const int64_t per = (K + splits - 1) / splits;
   return (per + kBK - 1) / kBK * kBK;
 }
+// How split-K cuts a tensor-core job of T tokens: columns per slice and slices (1: not split).
+struct TcSplit {
+  int64_t chunk;
+  int slices;
+};
+inline TcSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
+  if (K <= 0) return {1, 1};
+  const int64_t chunk = tc_split_chunk(K, tc_splits(T, N, K, sms));
+  return {chunk, int((K + chunk - 1) / chunk)};
+}
 // Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split).
 inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms) {
-  const int64_t K = j.w.cols;
-  if (K <= 0 || matmul_path(j, T) != MatmulPath::kTensorCore) return 0;
-  const int64_t chunk = tc_split_chunk(K, tc_splits(T, j.w.rows, K, sms)), slices = (K + chunk - 1) / chunk;
-  return slices > 1 ? slices * T * j.w.rows : 0;
+  if (matmul_path(j, T) != MatmulPath::kTensorCore) return 0;
+  const TcSplit s = tc_split(T, j.w.rows, j.w.cols, sms);
+  return s.slices > 1 ? s.slices * T * j.w.rows : 0;
 }
 
 // The GEMV's shape per tokens-per-block TOK: ROWS weight rows per warp (x values loaded from L1
@@ -533,10 +542,10 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
     case MatmulPath::kTensorCore: {
       const unsigned gx = unsigned((N + kBN - 1) / kBN), gy = unsigned((T + kBM - 1) / kBM);
       const auto* w = static_cast<const uint16_t*>(j.w.data);
-      const int64_t need = tc_split_floats(j, T, sms);
-      const bool split = need > 0 && part != nullptr && part_floats >= need;
-      const int64_t chunk = split ? tc_split_chunk(K, tc_splits(T, N, K, sms)) : (K > 0 ? K : 1);
-      const unsigned gz = unsigned((K + chunk - 1) / chunk > 0 ? (K + chunk - 1) / chunk : 1);
+      const TcSplit plan = tc_split(T, N, K, sms);
+      const bool split = plan.slices > 1 && part != nullptr && part_floats >= plan.slices * T * N;
+      const int64_t chunk = split ? plan.chunk : (K > 0 ? K : 1);  // unsplit: one slice of all K
+      const unsigned gz = split ? unsigned(plan.slices) : 1u;
       float* out = split ? part : nullptr;
       if (j.w.dtype == DType::BF16)
         launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
