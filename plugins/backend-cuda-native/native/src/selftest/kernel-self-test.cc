@@ -1238,6 +1238,26 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // of tokens here, and the draw walks them in the order the quickselects left them, so a device
 // whose selection is merely equivalent (the same sets, another order) draws other tokens. Each
 // logits row is sampled under every setting with several seeds. Tokens must be equal.
+// Device::sample of rows `ps` (their penalties and masks already in dev's memory) over logits
+// [.., V] in dev's memory, with every output poisoned first; the outputs read back.
+struct SampleOut {
+  std::vector<int32_t> tok, top;
+  std::vector<float> lp, tlp;
+};
+SampleOut run_sample(Device* dev, const DeviceBuffer<float>& x, int64_t V, const std::vector<SampleParams>& ps,
+                     int max_top) {
+  const int R = int(ps.size());
+  DeviceBuffer<uint8_t> scratch;
+  (void)scratch.allocate(dev, R * sample_row_scratch_bytes(V), "self-test");
+  auto tb = put(dev, std::vector<int32_t>(size_t(R), -7));
+  auto lb = put(dev, std::vector<float>(size_t(R), -7));
+  auto ib = put(dev, std::vector<int32_t>(size_t(R * max_top), -7));
+  auto jb = put(dev, std::vector<float>(size_t(R * max_top), -7));
+  dev->sample(x.data(), V, V, ps.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(), scratch.data());
+  return {get(dev, tb, size_t(R)), get(dev, ib, size_t(R * max_top)), get(dev, lb, size_t(R)),
+          get(dev, jb, size_t(R * max_top))};
+}
+
 void test_sample_spread(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   const int64_t V = 128256;
   const int rows = 4, max_top = 2;
@@ -1275,25 +1295,12 @@ void test_sample_spread(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         params.push_back(p);
       }
   const int R = int(params.size());
-  std::vector<int32_t> tok[2];
-  std::vector<float> lp[2];
+  SampleOut out[2];
   Device* devs[2] = {dev, ref};
-  for (int d = 0; d < 2; d++) {
-    auto xb = put(devs[d], logits);
-    DeviceBuffer<uint8_t> scratch;
-    (void)scratch.allocate(devs[d], R * sample_row_scratch_bytes(V), "self-test");
-    auto tb = put(devs[d], std::vector<int32_t>(size_t(R), -7));
-    auto lb = put(devs[d], std::vector<float>(size_t(R), -7));
-    auto ib = put(devs[d], std::vector<int32_t>(size_t(R * max_top), -7));
-    auto jb = put(devs[d], std::vector<float>(size_t(R * max_top), -7));
-    devs[d]->sample(xb.data(), V, V, params.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(),
-                    scratch.data());
-    tok[d] = get(devs[d], tb, size_t(R));
-    lp[d] = get(devs[d], lb, size_t(R));
-  }
+  for (int d = 0; d < 2; d++) out[d] = run_sample(devs[d], put(devs[d], logits), V, params, max_top);
   const std::string what = dims("sample spread", {{"V", V}, {"rows", R}});
-  compare_exact(ck, "sample", what + " token", tok[0], tok[1]);
-  ck.compare("sample", what + " logprob", lp[0].data(), lp[1].data(), size_t(R), 2e-4, 1e-5);
+  compare_exact(ck, "sample", what + " token", out[0].tok, out[1].tok);
+  ck.compare("sample", what + " logprob", out[0].lp.data(), out[1].lp.data(), size_t(R), 2e-4, 1e-5);
 }
 
 // Device::sample against the reference sampler (the JS sampler's port; test/device-sampler.test.ts
@@ -1368,8 +1375,7 @@ void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         }
       }
     }
-    std::vector<int32_t> tok[2], top[2];
-    std::vector<float> lp[2], tlp[2];
+    SampleOut out[2];
     Device* devs[2] = {dev, ref};
     for (int d = 0; d < 2; d++) {
       auto xb = put(devs[d], logits);
@@ -1382,27 +1388,17 @@ void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         p.n_penalties = pen_start[size_t(r) + 1] - pen_start[size_t(r)];
         if (kinds[size_t(r)] >= 3) p.allowed = mb.data() + int64_t(r) * W;
       }
-      DeviceBuffer<uint8_t> scratch;
-      (void)scratch.allocate(devs[d], R * sample_row_scratch_bytes(V), "self-test");
-      auto tb = put(devs[d], std::vector<int32_t>(size_t(R), -7));
-      auto lb = put(devs[d], std::vector<float>(size_t(R), -7));
-      auto ib = put(devs[d], std::vector<int32_t>(size_t(R * max_top), -7));
-      auto jb = put(devs[d], std::vector<float>(size_t(R * max_top), -7));
-      devs[d]->sample(xb.data(), V, V, ps.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(),
-                      scratch.data());
-      tok[d] = get(devs[d], tb, size_t(R));
-      lp[d] = get(devs[d], lb, size_t(R));
-      top[d] = get(devs[d], ib, size_t(R * max_top));
-      tlp[d] = get(devs[d], jb, size_t(R * max_top));
+      out[d] = run_sample(devs[d], xb, V, ps, max_top);
     }
     const std::string what = dims("sample", {{"V", V}, {"rows", R}});
-    compare_exact(ck, "sample", what + " token", tok[0], tok[1]);
-    compare_exact(ck, "sample", what + " top ids", top[0], top[1]);
+    compare_exact(ck, "sample", what + " token", out[0].tok, out[1].tok);
+    compare_exact(ck, "sample", what + " top ids", out[0].top, out[1].top);
     // NaN rows report NaN logprobs on both sides; compare the finite ones.
-    for (auto* v : {&lp[0], &lp[1], &tlp[0], &tlp[1]})
+    for (auto* v : {&out[0].lp, &out[1].lp, &out[0].tlp, &out[1].tlp})
       for (float& f : *v) f = std::isfinite(f) ? f : 0.0f;
-    ck.compare("sample", what + " logprob", lp[0].data(), lp[1].data(), size_t(R), 2e-4, 1e-5);
-    ck.compare("sample", what + " top logprobs", tlp[0].data(), tlp[1].data(), size_t(R * max_top), 2e-4, 1e-5);
+    ck.compare("sample", what + " logprob", out[0].lp.data(), out[1].lp.data(), size_t(R), 2e-4, 1e-5);
+    ck.compare("sample", what + " top logprobs", out[0].tlp.data(), out[1].tlp.data(), size_t(R * max_top), 2e-4,
+               1e-5);
   }
   test_sample_spread(dev, ref, rng, ck);
 }
