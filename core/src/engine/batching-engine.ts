@@ -28,7 +28,7 @@ import { DrafterChoice } from './medusa/drafter-choice.ts'
 import { branchCompaction, walkVerification, type Sampled } from './medusa/verify.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from './medusa/medusa-tree.ts'
 import { SpeculationCounters, type SpeculationStats } from './medusa/speculation-stats.ts'
-import { lookupDraft, lookupTree, type PromptLookupOptions } from './medusa/prompt-lookup.ts'
+import { lookupDraft, lookupFamily, lookupTree, type PromptLookupOptions } from './medusa/prompt-lookup.ts'
 import { TreeFamily } from './medusa/tree-family.ts'
 import { AdaptiveTreePolicy, speculationKey } from './medusa/tree-policy.ts'
 import type { PlannedRow } from './row-builder.ts'
@@ -257,6 +257,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       // A request with heads that drafts by prompt lookup (`DrafterChoice`) runs no heads.
       medusaSlotOf: (seq: Sequence) =>
         seq.request.speculator === null || seq.drafter !== 'medusa' ? -1 : adapters.slotOf(seq.request.speculator),
+      lookupDraft: (seq: Sequence) => lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree),
       policy: this.treePolicy,
     }
     this.loaded = {
@@ -583,16 +584,13 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
   }
 
   /**
-   * The next draft of a row that keeps decoding: prompt lookup's, or its heads' best ids where its
-   * sampling ended (`StepOutput.draftIds` from `draftAt`); none when the row ran no heads (the
-   * policy chose plain decoding).
+   * The next draft of a row that keeps decoding: its heads' best ids where its sampling ended
+   * (`StepOutput.draftIds` from `draftAt`); none when the row ran no heads (the policy chose plain
+   * decoding) or drafts by prompt lookup (searched when the next step is planned, if the policy
+   * wants a draft then: `SchedulerSpeculation.lookupDraft`).
    */
   private nextDraft(seq: Sequence, planned: PlannedRow, output: StepOutput, draftAt: number, k: number): void {
     if (seq.state !== 'running') return
-    if (seq.drafter === 'prompt-lookup') {
-      seq.draft = lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree)
-      return
-    }
     if (planned.row.medusaSlot < 0) {
       seq.draft = null
       return
@@ -771,14 +769,6 @@ function generationError(err: unknown): LoomError {
 /** A row that decodes (one new token, or a Medusa candidate tree) rather than prefilling a prompt. */
 function isDecodeRow({ row, treeNodes, chunk, prefillLogits }: PlannedRow): boolean {
   return treeNodes > 0 || (chunk === 1 && !prefillLogits && row.cacheLen > 0)
-}
-
-/** The nested trees of prompt lookup's chain: `get(k)` is the chain `k` deep. */
-function lookupFamily(tree: MedusaTree): TreeFamily {
-  return new TreeFamily(
-    tree,
-    tree.paths.slice(1).map((key) => key.split(',').map(Number)),
-  )
 }
 
 /** Concurrency buckets for the drafter choice: alone, a few, a batch, a big batch. */

@@ -1,5 +1,6 @@
 import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
+import type { Draft } from './medusa/draft.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
 import type { AdaptiveTreePolicy, PolicyGroup } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
@@ -33,6 +34,12 @@ export interface SchedulerSpeculation {
   readonly contextLimit: number
   /** Medusa slot of a sequence's speculator (-1: none); called at admission, once its adapters are resident. */
   readonly medusaSlotOf: (seq: Sequence) => number
+  /**
+   * The prompt-lookup draft of a decoding sequence whose drafter is prompt lookup (null: no
+   * n-gram matches). Asked when a step is planned, and only when the policy wants a draft for
+   * the sequence's key (see `wantsDraft`): while its key decodes plainly, no row searches.
+   */
+  readonly lookupDraft: (seq: Sequence) => Draft | null
   /** Picks each key's tree size every step from measured costs; null: the largest tree that fits. */
   readonly policy: AdaptiveTreePolicy | null
 }
@@ -183,15 +190,16 @@ export class Scheduler {
       if (seq.state !== 'running' || !seq.decoding) continue
       if (this.grow(seq, seq.cacheLen + 1)) decoders.push(seq)
     }
-    const trees = speculate ? this.planTrees(decoders, speculation) : null
-    // Whether plain rows run their heads: asked once per key (see `wantsHeads`).
-    const asks: HeadsAsks = {
+    // Whether rows draft (plain rows with heads run them, prompt lookup searches): asked once per
+    // key (see `wantsDraft`).
+    const asks: DraftAsks = {
       speculation: speculate ? speculation : null,
       batchSize,
       decoders,
       wants: new Map(),
       keyRows: null,
     }
+    const trees = speculate ? this.planTrees(decoders, speculation, asks) : null
     for (const seq of decoders) {
       if (seq.state !== 'running') continue
       const tree = trees?.get(seq)
@@ -254,10 +262,14 @@ export class Scheduler {
   private planTrees(
     decoders: readonly Sequence[],
     speculation: SchedulerSpeculation,
+    asks: DraftAsks,
   ): Map<Sequence, { subTree: SubTree; nodes: number }> {
     const { contextLimit, policy } = speculation
     const out = new Map<Sequence, { subTree: SubTree; nodes: number }>()
     let budget = speculation.maxTokens
+    for (const seq of decoders) {
+      if (seq.drafter === 'prompt-lookup') seq.draft = wantsDraft(seq, asks) ? speculation.lookupDraft(seq) : null
+    }
     const waiting = decoders.filter((seq) => seq.drafter !== null && seq.draft !== null)
     if (waiting.length === 0) return out
     // Longest without a tree first; ties by admission (decoders are in admission order; sort is stable).
@@ -364,27 +376,33 @@ export class Scheduler {
   }
 }
 
-/** One plan's questions to the policy about heads: asked once per key (see `wantsHeads`). */
-interface HeadsAsks {
+/** One plan's questions to the policy about drafts: asked once per key (see `wantsDraft`). */
+interface DraftAsks {
   /** Null when this step does not speculate. */
   readonly speculation: SchedulerSpeculation | null
   /** The batch this step will have once waiting sequences are admitted. */
   readonly batchSize: number
   readonly decoders: readonly Sequence[]
   readonly wants: Map<string, boolean>
-  /** Decode rows with heads per policy key, counted at the first question. */
+  /** Decode rows that can draft (heads or prompt lookup) per policy key, counted at the first question. */
   keyRows: Map<string, number> | null
 }
 
+/** Whether a plain row of `seq` runs its Medusa heads this step (see `wantsDraft`). */
+function wantsHeads(seq: Sequence, asks: DraftAsks): boolean {
+  return seq.medusaSlot >= 0 && wantsDraft(seq, asks)
+}
+
 /**
- * Whether a plain row of `seq` runs its Medusa heads this step. While the policy finds plain
- * decoding faster for a key, its plain rows skip the heads too (no draft), prefill rows included:
- * at a batch size where no tree can pay, no row runs heads. (A function, not a closure in
+ * Whether `seq` drafts this step: a row with heads runs them (a plain row's heads give the next
+ * step's draft), a prompt-lookup row searches its tokens. While the policy finds plain decoding
+ * faster for a key, its rows do neither, prefill rows included, but for the policy's rare tries:
+ * at a batch size where no tree can pay, drafting costs nothing. (A function, not a closure in
  * `tryPlan`: tsx names every closure it creates, at a cost per plan.)
  */
-function wantsHeads(seq: Sequence, asks: HeadsAsks): boolean {
+function wantsDraft(seq: Sequence, asks: DraftAsks): boolean {
   const { speculation } = asks
-  if (speculation === null || seq.medusaSlot < 0) return false
+  if (speculation === null || !canDraft(seq)) return false
   const policy = speculation.policy
   if (policy === null) return true
   let yes = asks.wants.get(seq.policyKey)
@@ -392,17 +410,20 @@ function wantsHeads(seq: Sequence, asks: HeadsAsks): boolean {
     let keyRows = asks.keyRows
     if (keyRows === null) {
       keyRows = asks.keyRows = new Map()
-      for (const d of asks.decoders) {
-        if (d.medusaSlot >= 0) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
-      }
+      for (const d of asks.decoders) if (canDraft(d)) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
     }
     const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
-    // The keys of the step's rows with heads share the exploration budget of hopeless keys.
+    // The keys of the step's drafting rows share the exploration budget of hopeless keys.
     const others = Math.max(0, asks.batchSize - rows)
-    yes = policy.wantsHeads(seq.policyKey, rows, others, Math.max(1, keyRows.size))
+    yes = policy.wantsDraft(seq.policyKey, rows, others, Math.max(1, keyRows.size))
     asks.wants.set(seq.policyKey, yes)
   }
   return yes
+}
+
+/** Whether `seq` has a drafter it can run: heads in a slot, or prompt lookup. */
+function canDraft(seq: Sequence): boolean {
+  return seq.medusaSlot >= 0 || seq.drafter === 'prompt-lookup'
 }
 
 function byLoraSlot(a: PlannedRow, b: PlannedRow): number {

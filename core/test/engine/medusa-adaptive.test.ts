@@ -1,5 +1,6 @@
 import t from 'tap'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
+import { lookupFamily, lookupTree } from '../../src/engine/medusa/prompt-lookup.ts'
 import { TreeFamily } from '../../src/engine/medusa/tree-family.ts'
 import { AdaptiveTreePolicy } from '../../src/engine/medusa/tree-policy.ts'
 import { fakeGreedy } from './fake-step-runner.ts'
@@ -37,7 +38,7 @@ function onePolicy(): {
     policy,
     family,
     choose: (rows, depth, heads) => policy.choose([{ key: 'k', rows, depth, heads }])[0]!,
-    wantsHeads: (keys = 1) => policy.wantsHeads('k', 1, 0, keys),
+    wantsHeads: (keys = 1) => policy.wantsDraft('k', 1, 0, keys),
   }
 }
 
@@ -301,7 +302,7 @@ t.test('steady state at batch 8 with the demo model costs: no speculative work; 
         trees++
         if (firstTree < 0) firstTree = i
       } else {
-        draft = policy.wantsHeads(key, rows, 0)
+        draft = policy.wantsDraft(key, rows, 0)
         work = rows * (draft ? 1 + heads : 1)
       }
       if (work > rows) speculative++
@@ -344,4 +345,64 @@ t.test('adaptive trees keep greedy output identical over many steps', async (t) 
     t.same(runner.violations, [])
     await engine.close()
   }
+})
+
+/**
+ * One prompt-lookup row decoding alone, driven through the policy's two questions as the
+ * scheduler asks them: `wantsDraft` before it searches, `choose` when a draft exists. A step
+ * costs `stepMs(work, i)`; a chain node is accepted when `accepts(depth, i)`. Returns each step's
+ * tree size (0: plain) and whether the row searched.
+ */
+function driveLookup(
+  steps: number,
+  stepMs: (work: number, i: number) => number,
+  accepts: (depth: number, i: number) => boolean,
+): { ks: number[]; searched: boolean[] } {
+  const policy = new AdaptiveTreePolicy()
+  const family = policy.family('base|prompt-lookup', () => lookupFamily(lookupTree(4)))
+  const ks: number[] = []
+  const searched: boolean[] = []
+  for (let i = 0; i < steps; i++) {
+    const search = policy.wantsDraft('base|prompt-lookup')
+    const k = search ? policy.choose([{ key: 'base|prompt-lookup', rows: 1, depth: 4, heads: 0 }])[0]! : 0
+    ks.push(k)
+    searched.push(search)
+    policy.recordStep(1 + k, stepMs(1 + k, i), k > 0)
+    if (k === 0) continue
+    const sub = family.get(k)
+    for (let node = 0; node < k; node++) {
+      const next = accepts(node + 1, i) ? node + 1 : -1
+      policy.recordChildren('base|prompt-lookup', sub, node, k + 1, next)
+      if (next < 0) break
+    }
+  }
+  return { ks, searched }
+}
+
+t.test('prompt lookup: a key whose first trees ran cold and missed tries again, and finds its trees', async (t) => {
+  // The first 40 steps: trees cost 1 ms per unit of work (cold code) and nothing matches (the
+  // text has not repeated yet). Then the demo model's warm costs (0.35 ms + 0.05 per extra
+  // token) and text that repeats: three of four chain nodes accepted.
+  const cold = 40
+  const { ks } = driveLookup(
+    3000,
+    (work, i) => (i < cold && work > 1 ? work : 0.35 + 0.05 * (work - 1)),
+    (depth, i) => i >= cold && depth <= 3,
+  )
+  const late = ks.slice(2000)
+  const trees = late.filter((k) => k >= 3).length
+  t.ok(trees > 0.8 * late.length, `the last 1000 steps: ${trees} chains of 3-4 (was plain for good)`)
+})
+
+t.test('prompt lookup: while no tree pays, rows seldom search', async (t) => {
+  // Steps cost per token and nothing is ever accepted.
+  const { searched } = driveLookup(
+    4000,
+    (work) => 0.35 * work,
+    () => false,
+  )
+  const late = searched.slice(1000)
+  const n = late.filter(Boolean).length
+  t.ok(n > 0, `it still tries now and then (${n} searches in 3000 steps)`)
+  t.ok(n < 0.02 * late.length, `searches on under 2% of the steps (${n} of ${late.length})`)
 })

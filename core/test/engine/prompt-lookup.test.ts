@@ -2,7 +2,13 @@ import t from 'tap'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
 import { draftFromIds, withLookupChain } from '../../src/engine/medusa/draft.ts'
 import { DEFAULT_MEDUSA_CHOICES, MedusaTree } from '../../src/engine/medusa/medusa-tree.ts'
-import { lookupDraft, lookupTree } from '../../src/engine/medusa/prompt-lookup.ts'
+import { lookupDraft, lookupFamily, lookupTree } from '../../src/engine/medusa/prompt-lookup.ts'
+import { AdaptiveTreePolicy } from '../../src/engine/medusa/tree-policy.ts'
+import { EventChannel } from '../../src/engine/event-channel.ts'
+import { KvBlockAllocator } from '../../src/engine/kv-block-allocator.ts'
+import { SamplingState } from '../../src/engine/sampler/sampling-state.ts'
+import { Scheduler } from '../../src/engine/scheduler.ts'
+import { Sequence } from '../../src/engine/sequence.ts'
 import { collect, GREEDY, idsOf, localAdapter, localMedusa, makeRequest, startEngine } from './engine-fixtures.ts'
 
 t.test('lookup: the latest earlier match of the longest n-gram drafts what followed it', async (t) => {
@@ -95,4 +101,62 @@ t.test("a lookup chain on the heads' top-1 path keeps the heads' other candidate
     null,
     'minNgram: a one-token match does not count',
   )
+})
+
+t.test('the scheduler searches a lookup row only when the policy wants a draft for its key', async (t) => {
+  /** Plans 200 decode steps of one prompt-lookup sequence; returns how many asked for a search. */
+  const searches = (policy: AdaptiveTreePolicy): number => {
+    let asked = 0
+    const tree = lookupTree(4)
+    const scheduler = new Scheduler(
+      new KvBlockAllocator(64, 16),
+      { maxBatchSize: 8, maxBatchPrefillTokens: 256 },
+      64,
+      () => -1,
+      {
+        familyOf: () => policy.family('base|prompt-lookup', () => lookupFamily(tree)),
+        maxBatchSize: 32,
+        maxTokens: 64,
+        contextLimit: 1024,
+        medusaSlotOf: () => -1,
+        lookupDraft: () => {
+          asked++
+          return null // no match: the row decodes plainly either way
+        },
+        policy,
+      },
+    )
+    const request = makeRequest({ inputIds: [1, 2, 3, 4], maxNewTokens: 500 })
+    const seq = new Sequence({
+      seqId: 1,
+      request,
+      queueKey: 'base',
+      sampling: new SamplingState(request.sampling, request.inputIds),
+      channel: new EventChannel(() => {}),
+      submittedAt: 0,
+      drafter: 'prompt-lookup',
+      policyKey: 'base|prompt-lookup',
+    })
+    scheduler.enqueue(seq)
+    for (let step = 0; step <= 200; step++) {
+      const { rows } = scheduler.plan()
+      if (rows.length !== 1) throw new Error(`step ${step}: ${rows.length} rows`)
+      // What the engine does with a plain row: its tokens are cached, the next one sampled.
+      seq.cacheLen += rows[0]!.row.tokens.length
+      seq.tokens.push(7)
+    }
+    return asked
+  }
+  const fresh = new AdaptiveTreePolicy()
+  t.equal(searches(fresh), 200, 'a key the policy has not decided against: a search every decode step')
+  // A key whose trees cost per token and never matched: the policy decodes it plainly.
+  const plain = new AdaptiveTreePolicy()
+  const family = plain.family('base|prompt-lookup', () => lookupFamily(lookupTree(4)))
+  for (let i = 0; i < 40; i++) {
+    plain.recordStep(i % 2 === 0 ? 1 : 5, i % 2 === 0 ? 0.35 : 1.75)
+    plain.recordChildren('base|prompt-lookup', family.full, 0, 5, -1)
+  }
+  t.equal(plain.choose([{ key: 'base|prompt-lookup', rows: 1, depth: 4, heads: 0 }])[0], 0, 'plain decoding')
+  const n = searches(plain)
+  t.ok(n <= 4, `then its row searches only for the policy's rare tries (${n} of 200 steps)`)
 })

@@ -1,5 +1,6 @@
 import type { Draft } from './draft.ts'
 import { MedusaTree } from './medusa-tree.ts'
+import { TreeFamily } from './tree-family.ts'
 
 /** Prompt-lookup (n-gram) drafting settings (`SpeculationOptions.promptLookup`). */
 export interface PromptLookupOptions {
@@ -15,6 +16,14 @@ const MAX_LOOKBACK = 4096
 /** The chain tree prompt lookup verifies: `[0]`, `[0, 0]`, ... `draftTokens` deep (node `d` at depth `d`). */
 export function lookupTree(draftTokens: number): MedusaTree {
   return new MedusaTree(Array.from({ length: draftTokens }, (_, d) => Array<number>(d + 1).fill(0)))
+}
+
+/** The nested trees of prompt lookup's chain: `get(k)` is the chain `k` deep. */
+export function lookupFamily(tree: MedusaTree): TreeFamily {
+  return new TreeFamily(
+    tree,
+    tree.paths.slice(1).map((key) => key.split(',').map(Number)),
+  )
 }
 
 /**

@@ -1,19 +1,6 @@
+import { StepCostModel } from './step-cost.ts'
 import type { SubTree, TreeFamily } from './tree-family.ts'
 
-/**
- * Cost samples of a work bucket forgotten at this rate per new sample in the same bucket (an
- * effective window of ~50 steps of that size), and the bucket's weight in the fit at this rate per
- * step since its last sample, down to `MIN_RECENCY`. Buckets forget only their own samples: a long
- * stretch of plain batch-8 steps refines what such a step costs and leaves the last tree steps'
- * mean in place, so the slope of the fit does not decay into noise while nothing varies; and the
- * recent buckets weigh most, so the fit follows the sizes the steps have now (a step's cost is not
- * linear from 1 to 300 units of work: a batch-1 decision needs the slope of small steps).
- */
-const DECAY = 0.98
-/** Least weight of an old bucket, relative: it still fixes the slope when nothing recent varies. */
-const MIN_RECENCY = 1e-6
-/** Work buckets per doubling of the step's work. */
-const BUCKETS_PER_OCTAVE = 2
 /** Steps measured before the policy trusts its cost model; until then the full tree is used. */
 const WARMUP_STEPS = 12
 /** Warm-up tree sizes cycle through the full tree halved 0..5 times. */
@@ -32,7 +19,7 @@ const ACCEPT_DECAY = 0.995
 const OPTIMISM = 1
 /**
  * Exploration (a heads step, then a tree step) may cost at most this share of the step-time gain
- * it hopes for: the headless stretch between tries is the try's predicted cost over this share of
+ * it hopes for: the draftless stretch between tries is the try's predicted cost over this share of
  * the optimistic gain, so a try that costs two plain steps (batch 8) for a 10% gain waits 80.
  */
 const EXPLORE_SHARE = 0.25
@@ -44,7 +31,7 @@ const EXPLORE_SHARE = 0.25
  * demo model, 2026-11-26: 0.94–0.97× plain with 1% per key).
  */
 const FLOOR_SHARE = 0.01
-/** Headless stretches between tries last `PROBE_EVERY` to this many steps per speculating key of the step. */
+/** Draftless stretches between tries last `PROBE_EVERY` to this many steps per speculating key of the step. */
 const MAX_STRETCH = 1024
 /** Keys whose acceptance is remembered; the least recently used is forgotten beyond it. */
 export const DEFAULT_POLICY_KEYS = 256
@@ -83,12 +70,12 @@ class KeyStats {
   /** The last choice, and the plans since it (while it is plain decoding). */
   lastChoice = -1
   idlePlans = 0
-  /** Consecutive decisions whose model said plain decoding; the headless stretch doubles with it. */
+  /** Consecutive decisions whose model said plain decoding; the draftless stretch doubles with it. */
   plainStreak = 0
   /** The shape of the key's last group (heads, draft depth): exploration judges with it. */
   shape: PolicyGroup | null = null
   /**
-   * The headless stretch `wantsHeads` computed for this plain run, and for which step shape (the
+   * The draftless stretch `wantsDraft` computed for this plain run, and for which step shape (the
    * key's rows and the others): reused until the shape changes, `PROBE_EVERY` plans pass or the
    * key decides again. Recomputing it (a cost fit and an optimistic curve) on every planned step
    * cost ~10 µs per key, as much as 3% of a batch-8 step of the demo model with three keys.
@@ -161,20 +148,20 @@ interface GroupCurve {
  *   node's estimated reach (`TreeFamily.reorder`). Adapter traffic thus never changes what base
  *   rows learn, and a key forgotten by the LRU starts again from the prior.
  * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
- *   decode-only steps against their work `W` = tokens fed + head rows × heads, fitted as `a + b·W`
- *   by least squares over work buckets (half octaves of `W`), each the exponentially forgetting
- *   mean of its own steps, weighted by its samples and by how recently it had one (`DECAY`). A tree
- *   row costs its nodes plus `heads` (they run once, where its walk ends); a plain row costs 1.
+ *   decode-only steps against their work `W` = tokens fed + head rows × heads, read off work
+ *   buckets' means (`StepCostModel`: interpolated, not a line, since the cost is concave in `W`).
+ *   A tree row costs its nodes plus `heads` (they run once, where its walk ends); a plain row 1.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
- *   rows, maximise `(P + Σ n_g·E_g(k_g)) / (a + b·(W₀ + Σ n_g·work_g(k_g)))` by coordinate ascent
+ *   rows, maximise `(P + Σ n_g·E_g(k_g)) / cost(W₀ + Σ n_g·work_g(k_g))` by coordinate ascent
  *   over the groups' sizes, subject to no row being slower than in the all-plain step: a
  *   speculating group needs `E_g(k_g) / cost ≥ 1 / cost₀`, and rows that do not speculate (other
  *   rows, groups at `k = 0`) allow the step to cost at most `PLAIN_SLACK` more than `cost₀`. So a
  *   large batch, where a step costs per token, speculates only where acceptance pays for it.
  * - Exploration: until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree
  *   down by halves; after that every `PROBE_EVERY`-th decision of a key takes a neighbouring size.
- *   After a plain choice, Medusa rows skip their heads for a stretch that doubles with each
- *   consecutive plain decision (`wantsHeads`), then draft once and try the smallest tree.
+ *   After a plain choice, rows skip drafting (Medusa rows their heads, prompt-lookup rows their
+ *   search) for a stretch that doubles with each consecutive plain decision (`wantsDraft`), then
+ *   draft once and try the smallest tree.
  *   All exploration beyond plain decoding is paid for only when it might win: a tree for the
  *   step's size must beat plain decoding with every node's acceptance `OPTIMISM` standard
  *   deviations above its estimate (`exploration`), and the stretch between tries is the try's
@@ -190,13 +177,8 @@ export class AdaptiveTreePolicy {
   private readonly maxKeys: number
   /** Insertion order is recency order: a use moves the key to the end. */
   private readonly keys = new Map<string, KeyStats>()
-  /** Per work bucket: forgetting sums of weight, work and milliseconds, and the step of its last sample (see `DECAY`). */
-  private readonly buckets = new Map<number, { n: number; w: number; ms: number; at: number }>()
-  /** The cost fit as last computed (`fit`), and whether steps were recorded since. */
-  private lastFit: { a: number; b: number } | null = null
-  private fitStale = true
-  /** Decode-only steps recorded. */
-  private steps = 0
+  /** What a decode step costs by its work, as measured (shared: a step's time is the step's). */
+  private readonly costs = new StepCostModel()
   private treeSteps = 0
 
   constructor(maxKeys = DEFAULT_POLICY_KEYS) {
@@ -242,19 +224,9 @@ export class AdaptiveTreePolicy {
   recordStep(work: number, ms: number, tree = true): void {
     if (!(ms >= 0) || !(work > 0)) return
     if (tree) this.treeSteps++
-    // A step the OS preempted would drag the fit for dozens of steps: cap it at 3× the model (as
-    // last fitted: refitting on every step, which most steps of a plain key never need, cost more
-    // than the rest of the policy's work on a batch-1 step).
-    const fit = this.treeSteps > WARMUP_STEPS ? this.lastFit : null
-    if (fit !== null) ms = Math.min(ms, 3 * (fit.a + fit.b * work))
-    this.fitStale = true
-    const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
-    let bucket = this.buckets.get(index)
-    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0, at: 0 }))
-    bucket.at = ++this.steps
-    bucket.n = bucket.n * DECAY + 1
-    bucket.w = bucket.w * DECAY + work
-    bucket.ms = bucket.ms * DECAY + ms
+    // A step the OS preempted would drag its bucket for a few steps: cap it at 3× the model.
+    if (this.treeSteps > WARMUP_STEPS && this.costs.ready) ms = Math.min(ms, 3 * this.costs.cost(work))
+    this.costs.record(work, ms)
   }
 
   /**
@@ -267,15 +239,15 @@ export class AdaptiveTreePolicy {
     const stats = groups.map((g) => this.keys.get(g.key))
     if (stats.some((s) => s === undefined)) throw new Error('policy: a group without a family')
     const all = stats as KeyStats[]
-    const fit = this.fit()
+    const costs = this.costs
     // While it learns: the full tree, then half of it, a quarter, ... one candidate, and again, so
-    // the cost fit sees the whole range of step sizes and the acceptance counts the best nodes.
-    if (this.treeSteps < WARMUP_STEPS || fit === null) {
+    // the cost model sees the whole range of step sizes and the acceptance counts the best nodes.
+    if (this.treeSteps < WARMUP_STEPS || !costs.ready) {
       return all.map((s) => Math.max(1, Math.ceil(s.family.order.length / 2 ** (this.treeSteps % WARMUP_CYCLE))))
     }
     for (const s of all) if (s.decisions % PROBE_EVERY === 0 && s.decisions > 0) this.rerank(s)
     const curves = groups.map((g, i) => this.curve(all[i]!, g))
-    const ks = this.bestSizes(groups, curves, fit, otherRows, otherWork)
+    const ks = this.bestSizes(groups, curves, costs, otherRows, otherWork)
     let rows = otherRows
     for (const g of groups) rows += g.rows
     return ks.map((k, i) => {
@@ -284,15 +256,16 @@ export class AdaptiveTreePolicy {
       // Exploration judges the deepest draft the key has had: the last one may have been cut short.
       s.shape = { ...g, depth: Math.max(g.depth, s.shape?.depth ?? 0) }
       // Exploring judges the key's rows against the rest of the step decoding plainly.
-      return this.settle(s, g, k, () => this.exploration(s, g, fit, rows - g.rows))
+      return this.settle(s, g, k, () => this.exploration(s, g, costs, rows - g.rows))
     })
   }
 
   /**
-   * Whether this step's plain decode rows of `key` should ask for head logits (called once per key
-   * per planned step; `rows` of the step's decode rows are the key's, `otherRows` are not, and
-   * `keys` speculating keys have rows in it, this one included: they share `FLOOR_SHARE`). After a
-   * choice of plain decoding they do not, so plain decoding costs what it costs without Medusa.
+   * Whether this step's rows of `key` should draft: plain rows with heads run them (their head
+   * logits give the next draft), prompt-lookup rows search their tokens (called once per key per
+   * planned step; `rows` of the step's decode rows are the key's, `otherRows` are not, and `keys`
+   * speculating keys have rows in it, this one included: they share `FLOOR_SHARE`). After a
+   * choice of plain decoding they do not, so plain decoding costs what it costs without a drafter.
    * When a tree might pay for a step of this size (see `exploration`), one step in 2, 4, 8, ...
    * does, doubling with each consecutive plain decision up to `PROBE_EVERY` steps for a large
    * optimistic gain and proportionally longer for a small one, so a draft exists and the choice
@@ -300,7 +273,7 @@ export class AdaptiveTreePolicy {
    * two. When no tree can pay (a large batch on a model whose steps cost per token), one step in
    * hundreds (see `FLOOR_SHARE`).
    */
-  wantsHeads(key: string, rows = 1, otherRows = 0, keys = 1): boolean {
+  wantsDraft(key: string, rows = 1, otherRows = 0, keys = 1): boolean {
     const s = this.keys.get(key)
     if (s === undefined || s.lastChoice !== 0) return true
     let plan = s.stretch
@@ -311,7 +284,7 @@ export class AdaptiveTreePolicy {
       plan.keys !== keys ||
       s.idlePlans - plan.since >= PROBE_EVERY
     ) {
-      plan = { rows, otherRows, keys, since: s.idlePlans, ...this.headlessStretch(s, rows, otherRows, keys) }
+      plan = { rows, otherRows, keys, since: s.idlePlans, ...this.draftlessStretch(s, rows, otherRows, keys) }
       s.stretch = plan
     }
     // Hoping for nothing: no ramp of short stretches.
@@ -320,18 +293,17 @@ export class AdaptiveTreePolicy {
   }
 
   /**
-   * How many plain steps a key's rows go without heads between tries (see `wantsHeads`), and
+   * How many plain steps a key's rows go without drafting between tries (see `wantsDraft`), and
    * whether a tree might pay at all (`hopeful`: else no ramp of short stretches).
    */
-  private headlessStretch(
+  private draftlessStretch(
     s: KeyStats,
     rows: number,
     otherRows: number,
     keys: number,
   ): { steps: number; hopeful: boolean } {
-    const fit = this.fit()
-    if (fit === null || s.shape === null) return { steps: PROBE_EVERY, hopeful: true }
-    const { gain, cost } = this.exploration(s, { ...s.shape, rows }, fit, otherRows)
+    if (!this.costs.ready || s.shape === null) return { steps: PROBE_EVERY, hopeful: true }
+    const { gain, cost } = this.exploration(s, { ...s.shape, rows }, this.costs, otherRows)
     // A try may spend EXPLORE_SHARE of what it hopes to win, or its part of FLOOR_SHARE when it
     // hopes for nothing.
     const share = gain > 0 ? EXPLORE_SHARE * gain : FLOOR_SHARE / Math.max(1, keys)
@@ -349,21 +321,22 @@ export class AdaptiveTreePolicy {
   private exploration(
     s: KeyStats,
     g: PolicyGroup,
-    { a, b }: { a: number; b: number },
+    costs: StepCostModel,
     otherRows: number,
   ): { gain: number; cost: number } {
     const { expected, work } = this.curve(s, g, (n) => s.qUpper(n))
-    const cost0 = a + b * (otherRows + g.rows)
+    const cost0 = costs.cost(otherRows + g.rows)
     const rate0 = (otherRows + g.rows) / cost0
     let gain = 0
     for (let k = 1; k < expected.length; k++) {
-      const cost = a + b * (otherRows + g.rows * work[k]!)
+      const cost = costs.cost(otherRows + g.rows * work[k]!)
       if (otherRows > 0 && cost > cost0 * (1 + PLAIN_SLACK)) continue
       if (expected[k]! * cost0 < cost) continue
       gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
     }
     const headsWork = g.rows * g.heads
-    const extra = b * (headsWork + g.rows * (work[1]! - 1))
+    const plain = otherRows + g.rows
+    const extra = costs.cost(plain + headsWork) + costs.cost(plain + g.rows * (work[1]! - 1)) - 2 * cost0
     return { gain, cost: extra / cost0 }
   }
 
@@ -389,7 +362,7 @@ export class AdaptiveTreePolicy {
     reach[0] = 1
     expected[0] = 1
     work[0] = 1
-    // Plain decoding runs without heads (see `wantsHeads`); a tree row asks for them at its root.
+    // Plain decoding runs without heads (see `wantsDraft`); a tree row asks for them at its root.
     let e = 1
     let tokens = 1
     for (let k = 1; k <= order.length; k++) {
@@ -417,16 +390,16 @@ export class AdaptiveTreePolicy {
   private bestSizes(
     groups: readonly PolicyGroup[],
     curves: readonly GroupCurve[],
-    fit: { a: number; b: number },
+    fit: StepCostModel,
     otherRows: number,
     otherWork: number,
   ): number[] {
     const alone = curves.map(({ expected, work }, i) => {
       const rows = groups[i]!.rows
       let best = 0
-      let bestRate = rows / (fit.a + fit.b * rows)
+      let bestRate = rows / fit.cost(rows)
       for (let k = 1; k < expected.length; k++) {
-        const rate = (rows * expected[k]!) / (fit.a + fit.b * rows * work[k]!)
+        const rate = (rows * expected[k]!) / fit.cost(rows * work[k]!)
         if (rate > bestRate) {
           bestRate = rate
           best = k
@@ -437,7 +410,7 @@ export class AdaptiveTreePolicy {
     if (groups.length === 1 && otherRows === 0) return alone
     let plainWork = otherWork
     for (const g of groups) plainWork += g.rows
-    const step = { groups, curves, fit, otherRows, otherWork, cost0: fit.a + fit.b * plainWork }
+    const step = { groups, curves, fit, otherRows, otherWork, cost0: fit.cost(plainWork) }
     const fromPlain = ascend(
       step,
       groups.map(() => 0),
@@ -447,16 +420,17 @@ export class AdaptiveTreePolicy {
   }
 
   /**
-   * Book-keeping of one key's decision: plain streaks, the retry after headless plain steps, probes,
+   * Book-keeping of one key's decision: plain streaks, the retry after draftless plain steps, probes,
    * fading acceptance. `explore` (asked only for a plain choice) says what a tree might win.
    */
   private settle(s: KeyStats, g: PolicyGroup, best: number, explore: () => { gain: number }): number {
     s.plainStreak = best === 0 ? s.plainStreak + 1 : 0
     const chance = best === 0 ? explore() : null
-    // Back from headless plain decoding (see `wantsHeads`): try the smallest tree once (the
-    // cheapest try, and it counts the node every larger tree starts with). A headless drafter
-    // (prompt lookup) has a draft every step: probes alone explore it.
-    if (g.heads > 0 && s.lastChoice === 0 && chance !== null) best = 1
+    // Back from a stretch without drafts (see `wantsDraft`): try the smallest tree once (the
+    // cheapest try, and it counts the node every larger tree starts with). Prompt lookup too: a
+    // key whose first trees ran cold (unoptimised code, ~1 ms per unit of work) or on text with
+    // nothing to look up would otherwise keep those estimates and decode plainly for good.
+    if (s.lastChoice === 0 && chance !== null) best = 1
     const order = s.family.order.length
     if (++s.decisions % PROBE_EVERY === 0) {
       // Alternate a larger and a smaller neighbour; from plain, larger only where a tree might pay.
@@ -480,44 +454,13 @@ export class AdaptiveTreePolicy {
     for (let n = 1; n < full.size; n++) reach[n] = reach[full.parent[n]!]! * s.q(n)
     s.family.reorder(reach)
   }
-
-  /** `a + b·W` through the buckets' means (weighted by their samples and recency), or null while the work values have no spread; computed once per recorded step at most. */
-  private fit(): { a: number; b: number } | null {
-    if (!this.fitStale) return this.lastFit
-    this.fitStale = false
-    this.lastFit = this.fitBuckets()
-    return this.lastFit
-  }
-
-  private fitBuckets(): { a: number; b: number } | null {
-    let s = 0
-    let sx = 0
-    let sy = 0
-    let sxx = 0
-    let sxy = 0
-    for (const { n, w, ms, at } of this.buckets.values()) {
-      const x = w / n
-      const r = Math.max(MIN_RECENCY, DECAY ** (this.steps - at))
-      s += n * r
-      sx += w * r
-      sy += ms * r
-      sxx += x * w * r
-      sxy += x * ms * r
-    }
-    const variance = s * sxx - sx * sx
-    if (s <= 0 || !(variance > 1e-12 * s * sxx)) return null
-    const b = Math.max(0, (s * sxy - sx * sy) / variance)
-    // A step never costs nothing: keep the fixed part at least a small fraction of the mean.
-    const a = Math.max((sy / s) * 0.05, (sy - b * sx) / s)
-    return { a, b }
-  }
 }
 
 /** A step as `bestSizes` optimises it. */
 interface StepShape {
   readonly groups: readonly PolicyGroup[]
   readonly curves: readonly GroupCurve[]
-  readonly fit: { readonly a: number; readonly b: number }
+  readonly fit: StepCostModel
   readonly otherRows: number
   readonly otherWork: number
   /** The step's cost with every row decoding plainly. */
@@ -535,7 +478,7 @@ function stepRate({ groups, curves, fit, otherRows, otherWork, cost0 }: StepShap
     work += rows * curves[i]!.work[ks[i]!]!
     if (ks[i] === 0) plain = true
   }
-  const cost = fit.a + fit.b * work
+  const cost = fit.cost(work)
   if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
   for (let i = 0; i < groups.length; i++) {
     if (ks[i]! > 0 && curves[i]!.expected[ks[i]!]! * cost0 < cost) return -1

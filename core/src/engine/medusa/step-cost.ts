@@ -1,0 +1,161 @@
+/**
+ * A bucket's mean forgets at this rate per new sample (a window of ~20 steps of its size); a
+ * sample under `RESET_SHARE` of the mean replaces the bucket. A step is never cheaper than its
+ * work needs, only slower (a preempted thread, unoptimised code on a cold path, a busy host), so a
+ * much faster sample proves the mean came from slow conditions: a bucket measured only while the
+ * process was cold (the first tree steps of the demo model ran at ~1 ms per unit of work, 15×
+ * their warm cost) is corrected by its first warm sample, not over the dozens its forgetting
+ * would take.
+ */
+const DECAY = 0.95
+const RESET_SHARE = 0.5
+/** Work buckets per doubling of the step's work. */
+const BUCKETS_PER_OCTAVE = 2
+/** Least weight of an old bucket in a fit, relative: it still fixes the slope when nothing recent varies. */
+const MIN_RECENCY = 1e-6
+/** Recency weight of a bucket in a fit, per step since its last sample. */
+const RECENCY = 0.98
+/** Width of the fit's neighbourhood around the work asked about, in octaves (one standard deviation). */
+const BANDWIDTH = 1
+
+interface Bucket {
+  /** Forgetting sums of weight, work and milliseconds. */
+  n: number
+  w: number
+  ms: number
+  /** The step of its last sample. */
+  at: number
+}
+
+/** A bucket's mean point, pooled with its neighbours where the means are not monotone. */
+interface Point {
+  work: number
+  ms: number
+  /** Forgetting sample weight. */
+  n: number
+  /** The step of its (latest) last sample. */
+  at: number
+}
+
+/**
+ * What a decode step costs in milliseconds, by its work `W` (tokens fed + head rows × heads), as
+ * measured: steps are grouped in work buckets (half octaves of `W`), each keeping a forgetting
+ * mean (see `DECAY`), made non-decreasing in `W` (adjacent buckets pooled: more work never costs
+ * less, and noise must not make a larger tree look cheaper). The cost of a work `W` is a line
+ * fitted through the buckets' means near it: weighted least squares, each bucket weighing its
+ * samples, how recently it had one (`RECENCY`), and a Gaussian of its distance from `W` in octaves
+ * (`BANDWIDTH`). Where the buckets near `W` cannot tell a slope, the slope of all of them serves.
+ *
+ * Why not one line `a + b·W` for all sizes: a step's cost is concave in its work on a CPU (a
+ * plain batch-1 step of the demo model reads every weight for one token, 0.35 ms; four more
+ * tokens add 0.15 ms; twenty-five add 1.6 ms). One line through both ends put a plain step at
+ * 0.66 ms and made a 4-token tree look like a 1.4× gain where it was a loss. And not straight
+ * lines between neighbouring buckets either: at batch 32 two buckets' noise made eight more
+ * tokens look a third as costly as they are, and every row paid for the trees that chose.
+ */
+export class StepCostModel {
+  private readonly buckets = new Map<number, Bucket>()
+  private steps = 0
+  /** The pooled means and the slope of all of them, or null while stale. */
+  private shape: { points: Point[]; slope: number } | null = null
+  /** Costs asked since the last sample, by work (a step's plan asks the same few works many times). */
+  private readonly memo = new Map<number, number>()
+
+  /** One decode step of `work` took `ms` milliseconds. */
+  record(work: number, ms: number): void {
+    if (!(ms >= 0) || !(work > 0)) return
+    const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
+    let bucket = this.buckets.get(index)
+    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0, at: 0 }))
+    const mean = bucket.ms / bucket.n
+    const decay = !(bucket.n > 0) || ms < RESET_SHARE * mean ? 0 : DECAY
+    bucket.at = ++this.steps
+    bucket.n = bucket.n * decay + 1
+    bucket.w = bucket.w * decay + work
+    bucket.ms = bucket.ms * decay + ms
+    this.shape = null
+    this.memo.clear()
+  }
+
+  /** Whether costs can be told apart by work: at least two buckets measured. */
+  get ready(): boolean {
+    return this.buckets.size >= 2
+  }
+
+  /** The predicted milliseconds of a step of `work` (see the class comment); needs `ready`. */
+  cost(work: number): number {
+    let ms = this.memo.get(work)
+    if (ms === undefined) {
+      ms = this.fitAt(work)
+      this.memo.set(work, ms)
+    }
+    return ms
+  }
+
+  private fitAt(work: number): number {
+    const { points, slope: overall } = (this.shape ??= this.pool())
+    let s = 0
+    let sx = 0
+    let sy = 0
+    let sxx = 0
+    let sxy = 0
+    let least = Infinity
+    for (const p of points) {
+      const octaves = Math.log2(p.work / work) / BANDWIDTH
+      const weight = this.weight(p) * Math.exp(-0.5 * octaves * octaves)
+      s += weight
+      sx += weight * p.work
+      sy += weight * p.ms
+      sxx += weight * p.work * p.work
+      sxy += weight * p.work * p.ms
+      least = Math.min(least, p.ms)
+    }
+    const variance = s * sxx - sx * sx
+    const local = variance > 1e-9 * s * sxx ? (s * sxy - sx * sy) / variance : Number.NaN
+    const slope = Number.isFinite(local) ? Math.max(0, local) : overall
+    // A step never costs nothing: below every measured size, at least a twentieth of the cheapest.
+    return Math.max(0.05 * least, sy / s + slope * (work - sx / s))
+  }
+
+  /** A point's weight in a fit before its distance: its samples, fading with the steps since its last. */
+  private weight(p: Point): number {
+    return p.n * Math.max(MIN_RECENCY, RECENCY ** (this.steps - p.at))
+  }
+
+  /** The buckets' means in work order, pooled until non-decreasing, and the slope of a line through all of them. */
+  private pool(): { points: Point[]; slope: number } {
+    const sorted = [...this.buckets.entries()].sort(([a], [b]) => a - b).map(([, bucket]) => bucket)
+    const points: Point[] = []
+    for (const { n, w, ms, at } of sorted) {
+      let p: Point = { work: w / n, ms: ms / n, n, at }
+      // Pool adjacent violators: a mean below the one before it merges with it.
+      while (points.length > 0 && points.at(-1)!.ms >= p.ms) {
+        const q = points.pop()!
+        const weight = q.n + p.n
+        p = {
+          work: (q.work * q.n + p.work * p.n) / weight,
+          ms: (q.ms * q.n + p.ms * p.n) / weight,
+          n: weight,
+          at: Math.max(q.at, p.at),
+        }
+      }
+      points.push(p)
+    }
+    let s = 0
+    let sx = 0
+    let sy = 0
+    let sxx = 0
+    let sxy = 0
+    for (const p of points) {
+      const weight = this.weight(p)
+      s += weight
+      sx += weight * p.work
+      sy += weight * p.ms
+      sxx += weight * p.work * p.work
+      sxy += weight * p.work * p.ms
+    }
+    const variance = s * sxx - sx * sx
+    const slope = variance > 1e-12 * s * sxx ? Math.max(0, (s * sxy - sx * sy) / variance) : 0
+    return { points, slope }
+  }
+}

@@ -1,0 +1,81 @@
+import t from 'tap'
+import { StepCostModel } from '../../src/engine/medusa/step-cost.ts'
+
+/** Record `n` steps of `work` costing `ms` each. */
+function feed(model: StepCostModel, work: number, ms: number, n = 20): void {
+  for (let i = 0; i < n; i++) model.record(work, ms)
+}
+
+t.test('a line fitted near the work asked about: concave costs stay concave', async (t) => {
+  // The demo model on the cpu: a plain step 0.35 ms, five tokens 0.5 ms, twenty-six 2 ms.
+  const model = new StepCostModel()
+  t.notOk(model.ready, 'nothing measured: not ready')
+  feed(model, 1, 0.35)
+  t.notOk(model.ready, 'one work size: not ready')
+  feed(model, 5, 0.5)
+  feed(model, 26, 2)
+  t.ok(model.ready)
+  const within = (w: number, ms: number, tolerance: number): void => {
+    t.ok(Math.abs(model.cost(w) - ms) <= tolerance, `work ${w}: ${model.cost(w).toFixed(3)} ms, measured ${ms}`)
+  }
+  // One least-squares line through these three means puts a plain step near 0.2 ms and makes
+  // the first extra tokens cost 0.07 ms each: a small tree's gain would be misjudged.
+  within(1, 0.35, 0.01)
+  within(5, 0.5, 0.02)
+  within(26, 2, 0.05)
+  t.ok(model.cost(3) > 0.35 && model.cost(3) < 0.5, 'between two sizes: between their costs')
+  t.ok(model.cost(2) - model.cost(1) < 0.05, 'the first extra token costs what small steps say (not 0.07 ms)')
+  t.ok(model.cost(40) > 2, 'past the largest size: extended upwards')
+  t.ok(model.cost(0.5) > 0 && model.cost(0.5) <= 0.35, 'below the smallest: extended down, above zero')
+})
+
+t.test('the slope near a busy size comes from its neighbourhood, not from two noisy buckets', async (t) => {
+  // Batch 32: plain steps every time (±5% noise), trees of 4 or 8 more tokens now and then, and
+  // a batch of 16 rarely; every step costs 0.8 ms + 0.12 ms per unit of work.
+  const model = new StepCostModel()
+  const line = (w: number): number => 0.8 + 0.12 * w
+  for (let i = 0; i < 400; i++) {
+    model.record(32, line(32) * (1 + 0.05 * Math.sin(i)))
+    if (i % 20 === 0) model.record(i % 40 === 0 ? 40 : 36, line(i % 40 === 0 ? 40 : 36))
+    if (i % 50 === 0) model.record(16, line(16))
+  }
+  const perToken = (model.cost(40) - model.cost(32)) / 8
+  t.ok(Math.abs(perToken - 0.12) < 0.02, `eight more tokens at batch 32: ${perToken.toFixed(3)} ms each (0.12)`)
+})
+
+t.test('more work never costs less: noisy means are pooled', async (t) => {
+  const model = new StepCostModel()
+  feed(model, 1, 0.35)
+  feed(model, 4, 1.0)
+  feed(model, 8, 0.8) // noise: a larger step measured cheaper
+  feed(model, 16, 1.6)
+  const costs = [1, 2, 4, 6, 8, 12, 16, 24].map((w) => model.cost(w))
+  t.ok(
+    costs.every((c, i) => i === 0 || c >= costs[i - 1]!),
+    `non-decreasing in work (${costs.map((c) => c.toFixed(3)).join(' ')})`,
+  )
+})
+
+t.test('a bucket measured cold is corrected by its first warm samples', async (t) => {
+  const model = new StepCostModel()
+  feed(model, 1, 0.35, 50)
+  // The first tree steps of a process run unoptimised code: 1 ms per unit of work.
+  feed(model, 4, 4, 3)
+  t.ok(Math.abs(model.cost(4) - 4) < 1e-9)
+  model.record(4, 0.5)
+  t.ok(Math.abs(model.cost(4) - 0.5) < 1e-9, 'a sample under half the mean replaces it')
+  // Within a factor of two, samples are averaged (with forgetting).
+  for (let i = 0; i < 40; i++) model.record(4, i % 2 === 0 ? 0.5 : 0.7)
+  t.ok(Math.abs(model.cost(4) - 0.6) < 0.01, `alternating 0.5 and 0.7 ms: about 0.6 (${model.cost(4).toFixed(3)})`)
+  // A preempted step is 4× slow: it moves the mean by a twentieth of that.
+  model.record(4, 2.4)
+  t.ok(model.cost(4) < 0.75, `one slow outlier moves the mean a little (${model.cost(4).toFixed(3)})`)
+})
+
+t.test('nonsense samples are ignored', async (t) => {
+  const model = new StepCostModel()
+  model.record(0, 1)
+  model.record(3, Number.NaN)
+  model.record(3, -1)
+  t.notOk(model.ready)
+})
