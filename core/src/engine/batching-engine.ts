@@ -553,7 +553,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       if (!isDecodeRow(planned)) return
       work += row.tokens.length + (row.medusaSlot >= 0 ? seq.request.speculator!.size : 0)
     }
-    policy.recordStep(work, ms, tree)
+    policy.recordStep(work, ms, tree, rows.length)
   }
 
   private consume(loaded: Loaded, rows: readonly PlannedRow[], output: StepOutput, batch: StepBatch): void {

@@ -306,7 +306,7 @@ t.test('steady state at batch 8 with the demo model costs: no speculative work; 
         work = rows * (draft ? 1 + heads : 1)
       }
       if (work > rows) speculative++
-      policy.recordStep(work, stepMs(work), k > 0)
+      policy.recordStep(work, stepMs(work), k > 0, rows)
       extra += 0.05 * (work - rows)
       plain += 0.35 + 0.05 * rows
     }

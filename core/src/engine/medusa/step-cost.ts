@@ -159,3 +159,53 @@ export class StepCostModel {
     return { points, slope }
   }
 }
+
+/**
+ * Step costs kept apart by what the work count misses: whether the step verifies trees, and how
+ * many rows it has. A tree costs more than its tokens (its rows' masks, a sample per node, the
+ * walk, the cache compaction), and a row more than its token (its own cache to attend to, its
+ * sampling, its share of the engine's book-keeping). At batch 32 a tree of one or two candidates
+ * adds one or two units of work to 32, inside the same work bucket as the plain steps around it
+ * and as a lone row's 26-node tree: one model read its cost off those and judged such trees
+ * nearly free (0.85× plain decoding in the serving bench, trees on most steps). Each (kind, rows
+ * class) answers from its own steps once it has two buckets, else the rows class's steps of
+ * both kinds, else all steps.
+ */
+export class StepCosts {
+  private readonly all = new StepCostModel()
+  /** Per rows class (`ROW_CLASSES`): both kinds, plain steps, tree steps. */
+  private readonly classes = ROW_CLASSES.map(() => ({
+    both: new StepCostModel(),
+    plain: new StepCostModel(),
+    tree: new StepCostModel(),
+  }))
+
+  /** One decode step of `rows` rows and `work` took `ms` milliseconds; `tree`: it verified at least one tree. */
+  record(work: number, ms: number, tree: boolean, rows: number): void {
+    this.all.record(work, ms)
+    const c = this.classes[rowClass(rows)]!
+    c.both.record(work, ms)
+    ;(tree ? c.tree : c.plain).record(work, ms)
+  }
+
+  /** Whether costs can be told apart by work (see `StepCostModel.ready`). */
+  get ready(): boolean {
+    return this.all.ready
+  }
+
+  /** The predicted milliseconds of a step of `rows` rows and `work` that verifies trees (`tree`) or none; needs `ready`. */
+  cost(work: number, tree: boolean, rows: number): number {
+    const c = this.classes[rowClass(rows)]!
+    const kind = tree ? c.tree : c.plain
+    return (kind.ready ? kind : c.both.ready ? c.both : this.all).cost(work)
+  }
+}
+
+/** Upper bounds of the rows classes: alone, a few, a batch, a big batch. */
+const ROW_CLASSES = [1, 4, 16, Infinity] as const
+
+function rowClass(rows: number): number {
+  let c = 0
+  while (rows > ROW_CLASSES[c]!) c++
+  return c
+}

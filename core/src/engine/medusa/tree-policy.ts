@@ -1,4 +1,4 @@
-import { StepCostModel } from './step-cost.ts'
+import { StepCosts } from './step-cost.ts'
 import type { SubTree, TreeFamily } from './tree-family.ts'
 
 /** Steps measured before the policy trusts its cost model; until then the full tree is used. */
@@ -148,9 +148,10 @@ interface GroupCurve {
  *   node's estimated reach (`TreeFamily.reorder`). Adapter traffic thus never changes what base
  *   rows learn, and a key forgotten by the LRU starts again from the prior.
  * - Cost, shared (a step's time is the step's, whoever is in it): the measured wall time of
- *   decode-only steps against their work `W` = tokens fed + head rows × heads, read off work
- *   buckets' means (`StepCostModel`: interpolated, not a line, since the cost is concave in `W`).
- *   A tree row costs its nodes plus `heads` (they run once, where its walk ends); a plain row 1.
+ *   decode-only steps against their work `W` = tokens fed + head rows × heads, steps with trees
+ *   apart from steps without (`StepCosts`; each a line fitted near the `W` asked about, since the
+ *   cost is concave in `W`). A tree row costs its nodes plus `heads` (they run once, where its
+ *   walk ends); a plain row 1.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
  *   rows, maximise `(P + Σ n_g·E_g(k_g)) / cost(W₀ + Σ n_g·work_g(k_g))` by coordinate ascent
  *   over the groups' sizes, subject to no row being slower than in the all-plain step: a
@@ -177,8 +178,8 @@ export class AdaptiveTreePolicy {
   private readonly maxKeys: number
   /** Insertion order is recency order: a use moves the key to the end. */
   private readonly keys = new Map<string, KeyStats>()
-  /** What a decode step costs by its work, as measured (shared: a step's time is the step's). */
-  private readonly costs = new StepCostModel()
+  /** What a decode step costs by its work, with trees and without, as measured (shared: a step's time is the step's). */
+  private readonly costs = new StepCosts()
   private treeSteps = 0
 
   constructor(maxKeys = DEFAULT_POLICY_KEYS) {
@@ -217,16 +218,16 @@ export class AdaptiveTreePolicy {
   }
 
   /**
-   * One decode-only step of `work` (see the class comment) took `ms` milliseconds; `tree`: it
-   * verified at least one tree. Only tree steps count towards the warm-up: steps of requests
+   * One decode-only step of `rows` rows and `work` (see the class comment) took `ms`
+   * milliseconds; `tree`: it verified at least one tree. Only tree steps count towards the warm-up: steps of requests
    * without a speculator weigh 1 per row, and a fit made of them alone has no slope to trust.
    */
-  recordStep(work: number, ms: number, tree = true): void {
+  recordStep(work: number, ms: number, tree = true, rows = 1): void {
     if (!(ms >= 0) || !(work > 0)) return
     if (tree) this.treeSteps++
     // A step the OS preempted would drag its bucket for a few steps: cap it at 3× the model.
-    if (this.treeSteps > WARMUP_STEPS && this.costs.ready) ms = Math.min(ms, 3 * this.costs.cost(work))
-    this.costs.record(work, ms)
+    if (this.treeSteps > WARMUP_STEPS && this.costs.ready) ms = Math.min(ms, 3 * this.costs.cost(work, tree, rows))
+    this.costs.record(work, ms, tree, rows)
   }
 
   /**
@@ -321,22 +322,24 @@ export class AdaptiveTreePolicy {
   private exploration(
     s: KeyStats,
     g: PolicyGroup,
-    costs: StepCostModel,
+    costs: StepCosts,
     otherRows: number,
   ): { gain: number; cost: number } {
     const { expected, work } = this.curve(s, g, (n) => s.qUpper(n))
-    const cost0 = costs.cost(otherRows + g.rows)
+    const rows = otherRows + g.rows
+    const cost0 = costs.cost(rows, false, rows)
     const rate0 = (otherRows + g.rows) / cost0
     let gain = 0
     for (let k = 1; k < expected.length; k++) {
-      const cost = costs.cost(otherRows + g.rows * work[k]!)
+      const cost = costs.cost(otherRows + g.rows * work[k]!, true, rows)
       if (otherRows > 0 && cost > cost0 * (1 + PLAIN_SLACK)) continue
       if (expected[k]! * cost0 < cost) continue
       gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
     }
     const headsWork = g.rows * g.heads
     const plain = otherRows + g.rows
-    const extra = costs.cost(plain + headsWork) + costs.cost(plain + g.rows * (work[1]! - 1)) - 2 * cost0
+    const extra =
+      costs.cost(plain + headsWork, false, rows) + costs.cost(plain + g.rows * (work[1]! - 1), true, rows) - 2 * cost0
     return { gain, cost: extra / cost0 }
   }
 
@@ -390,16 +393,18 @@ export class AdaptiveTreePolicy {
   private bestSizes(
     groups: readonly PolicyGroup[],
     curves: readonly GroupCurve[],
-    fit: StepCostModel,
+    fit: StepCosts,
     otherRows: number,
     otherWork: number,
   ): number[] {
+    let stepRows = otherRows
+    for (const g of groups) stepRows += g.rows
     const alone = curves.map(({ expected, work }, i) => {
       const rows = groups[i]!.rows
       let best = 0
-      let bestRate = rows / fit.cost(rows)
+      let bestRate = rows / fit.cost(rows, false, stepRows)
       for (let k = 1; k < expected.length; k++) {
-        const rate = (rows * expected[k]!) / fit.cost(rows * work[k]!)
+        const rate = (rows * expected[k]!) / fit.cost(rows * work[k]!, true, stepRows)
         if (rate > bestRate) {
           bestRate = rate
           best = k
@@ -410,7 +415,15 @@ export class AdaptiveTreePolicy {
     if (groups.length === 1 && otherRows === 0) return alone
     let plainWork = otherWork
     for (const g of groups) plainWork += g.rows
-    const step = { groups, curves, fit, otherRows, otherWork, cost0: fit.cost(plainWork) }
+    const step = {
+      groups,
+      curves,
+      fit,
+      otherRows,
+      otherWork,
+      rows: stepRows,
+      cost0: fit.cost(plainWork, false, stepRows),
+    }
     const fromPlain = ascend(
       step,
       groups.map(() => 0),
@@ -460,25 +473,32 @@ export class AdaptiveTreePolicy {
 interface StepShape {
   readonly groups: readonly PolicyGroup[]
   readonly curves: readonly GroupCurve[]
-  readonly fit: StepCostModel
+  readonly fit: StepCosts
   readonly otherRows: number
   readonly otherWork: number
+  /** Rows in the step. */
+  readonly rows: number
   /** The step's cost with every row decoding plainly. */
   readonly cost0: number
 }
 
 /** The step's tokens per ms with sizes `ks`, or -1 when a row would be slower than plain. */
-function stepRate({ groups, curves, fit, otherRows, otherWork, cost0 }: StepShape, ks: readonly number[]): number {
+function stepRate(
+  { groups, curves, fit, otherRows, otherWork, rows: stepRows, cost0 }: StepShape,
+  ks: readonly number[],
+): number {
   let tokens = otherRows
   let work = otherWork
   let plain = otherRows > 0
+  let trees = false
   for (let i = 0; i < groups.length; i++) {
     const { rows } = groups[i]!
     tokens += rows * curves[i]!.expected[ks[i]!]!
     work += rows * curves[i]!.work[ks[i]!]!
     if (ks[i] === 0) plain = true
+    else trees = true
   }
-  const cost = fit.cost(work)
+  const cost = fit.cost(work, trees, stepRows)
   if (plain && cost > cost0 * (1 + PLAIN_SLACK)) return -1
   for (let i = 0; i < groups.length; i++) {
     if (ks[i]! > 0 && curves[i]!.expected[ks[i]!]! * cost0 < cost) return -1
