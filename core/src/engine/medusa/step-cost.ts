@@ -94,27 +94,19 @@ export class StepCostModel {
 
   private fitAt(work: number): number {
     const { points, slope: overall } = (this.shape ??= this.pool())
-    let s = 0
-    let sx = 0
-    let sy = 0
-    let sxx = 0
-    let sxy = 0
+    const near = weightedLine(
+      points,
+      (p) => {
+        const octaves = Math.log2(p.work / work) / BANDWIDTH
+        return this.weight(p) * Math.exp(-0.5 * octaves * octaves)
+      },
+      1e-9,
+    )
+    const slope = Number.isFinite(near.slope) ? Math.max(0, near.slope) : overall
     let least = Infinity
-    for (const p of points) {
-      const octaves = Math.log2(p.work / work) / BANDWIDTH
-      const weight = this.weight(p) * Math.exp(-0.5 * octaves * octaves)
-      s += weight
-      sx += weight * p.work
-      sy += weight * p.ms
-      sxx += weight * p.work * p.work
-      sxy += weight * p.work * p.ms
-      least = Math.min(least, p.ms)
-    }
-    const variance = s * sxx - sx * sx
-    const local = variance > 1e-9 * s * sxx ? (s * sxy - sx * sy) / variance : Number.NaN
-    const slope = Number.isFinite(local) ? Math.max(0, local) : overall
+    for (const p of points) least = Math.min(least, p.ms)
     // A step never costs nothing: below every measured size, at least a twentieth of the cheapest.
-    return Math.max(0.05 * least, sy / s + slope * (work - sx / s))
+    return Math.max(0.05 * least, near.y + slope * (work - near.x))
   }
 
   /** A point's weight in a fit before its distance: its samples, fading with the steps since its last. */
@@ -141,23 +133,36 @@ export class StepCostModel {
       }
       points.push(p)
     }
-    let s = 0
-    let sx = 0
-    let sy = 0
-    let sxx = 0
-    let sxy = 0
-    for (const p of points) {
-      const weight = this.weight(p)
-      s += weight
-      sx += weight * p.work
-      sy += weight * p.ms
-      sxx += weight * p.work * p.work
-      sxy += weight * p.work * p.ms
-    }
-    const variance = s * sxx - sx * sx
-    const slope = variance > 1e-12 * s * sxx ? Math.max(0, (s * sxy - sx * sy) / variance) : 0
-    return { points, slope }
+    const { slope } = weightedLine(points, (p) => this.weight(p), 1e-12)
+    return { points, slope: Number.isFinite(slope) ? Math.max(0, slope) : 0 }
   }
+}
+
+/**
+ * The weighted least-squares line through `points` (work → ms): its weighted mean point and its
+ * slope, NaN where the works have no spread (variance under `minSpread` relative).
+ */
+function weightedLine(
+  points: readonly Point[],
+  weightOf: (p: Point) => number,
+  minSpread: number,
+): { x: number; y: number; slope: number } {
+  let s = 0
+  let sx = 0
+  let sy = 0
+  let sxx = 0
+  let sxy = 0
+  for (const p of points) {
+    const weight = weightOf(p)
+    s += weight
+    sx += weight * p.work
+    sy += weight * p.ms
+    sxx += weight * p.work * p.work
+    sxy += weight * p.work * p.ms
+  }
+  const variance = s * sxx - sx * sx
+  const slope = variance > minSpread * s * sxx ? (s * sxy - sx * sy) / variance : Number.NaN
+  return { x: sx / s, y: sy / s, slope }
 }
 
 /**

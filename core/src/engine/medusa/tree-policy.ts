@@ -337,9 +337,8 @@ export class AdaptiveTreePolicy {
       gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
     }
     const headsWork = g.rows * g.heads
-    const plain = otherRows + g.rows
     const extra =
-      costs.cost(plain + headsWork, false, rows) + costs.cost(plain + g.rows * (work[1]! - 1), true, rows) - 2 * cost0
+      costs.cost(rows + headsWork, false, rows) + costs.cost(rows + g.rows * (work[1]! - 1), true, rows) - 2 * cost0
     return { gain, cost: extra / cost0 }
   }
 
