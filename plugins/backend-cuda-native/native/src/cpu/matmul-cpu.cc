@@ -206,6 +206,27 @@ inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
 
 constexpr bool kConvertInRegisters = true;
 
+// The micro-kernel of one (weight dtype, token count), resolved once per job for the streaming
+// path of small steps (matmul_widen_few): the same dot_block instances as dot_weights, so the
+// bits are the same.
+using DotBlockFn = void (*)(const void* const*, const float* const*, int64_t, float*, int64_t);
+template <typename Ld>
+DotBlockFn dot_block_for(int tn) {
+  switch (tn) {
+    case 8: return &dot_block<Ld, 8>;
+    case 7: return &dot_block<Ld, 7>;
+    case 6: return &dot_block<Ld, 6>;
+    case 5: return &dot_block<Ld, 5>;
+    case 4: return &dot_block<Ld, 4>;
+    case 3: return &dot_block<Ld, 3>;
+    case 2: return &dot_block<Ld, 2>;
+    default: return &dot_block<Ld, 1>;
+  }
+}
+DotBlockFn dot_block_for(DType dt, int tn) {
+  return dt == DType::F32 ? dot_block_for<LoadF32>(tn) : dt == DType::BF16 ? dot_block_for<LoadBF16>(tn) : dot_block_for<LoadF16>(tn);
+}
+
 #else  // AVX2 + FMA + F16C
 
 // Sum each of 4 accumulators: returns [Σa, Σb, Σc, Σd].
@@ -398,6 +419,56 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
     for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
   const int64_t nblocks = int64_t(blocks_.size());
   const int64_t* blocks = blocks_.data();
+#if LOOM_AVX512
+  // Few tokens (decode, batched decode, Medusa trees): one pass over every block, the blocks of a
+  // job walked with the job's kernel, row stride and outputs resolved once. At small K (the demo
+  // model's 128: 8 k-steps per dot) the per-block bookkeeping of the general loop below was a
+  // large share of a step. Same kernels, prefetches and results as that loop.
+  bool few = T <= kMaxTokens;
+  for (int j = 0; j < njobs && few; j++) few = jobs[j].w.dtype != DType::Q8;
+  if (few) {
+    pool_.run([&](int chunk, int nchunks) {
+      int64_t b0, b1;
+      split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
+      const float* xs[kMaxTokens];
+      for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(i, T - 1) * ldx;
+      constexpr int64_t kRowMask = (int64_t(1) << 40) - 1;
+      for (int64_t b = b0; b < b1;) {
+        const int j = int(blocks[b] >> 40);
+        const MatmulJob& job = jobs[j];
+        const DType dt = job.w.dtype;
+        const int64_t K = job.w.cols, rows = job.w.rows, rb = weight_row_bytes(dt, K);
+        const char* base = static_cast<const char*>(job.w.data);
+        const DotBlockFn dot = dot_block_for(dt, int(T));
+        for (; b < b1 && int(blocks[b] >> 40) == j; b++) {
+          const int64_t n0 = blocks[b] & kRowMask;
+          const int nrows = int(std::min<int64_t>(kRows, rows - n0));
+          const void* w[kRows];
+          for (int i = 0; i < kRows; i++) w[i] = base + (n0 + std::min(i, nrows - 1)) * rb;
+          // The block kPrefetchBlocks ahead: all at once when bandwidth-bound, else spread over
+          // this dot's k-loop as an offset when it is rows of the same matrix.
+          int64_t pf_off = 0;
+          if (b + kPrefetchBlocks < b1) {
+            const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
+            const int64_t pn = blocks[b + kPrefetchBlocks] & kRowMask;
+            if (T <= kBurstPrefetchTokens) {
+              const int64_t prb = weight_row_bytes(pj.w.dtype, pj.w.cols);
+              const char* p = static_cast<const char*>(pj.w.data) + pn * prb;
+              const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * prb;
+              for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+            } else if (&pj == &job && pn + kRows <= rows) {
+              pf_off = (pn - n0) * rb;
+            }
+          }
+          float out[kMaxTokens * kRows];  // [T, kRows]
+          dot(w, xs, K, out, pf_off);
+          store_tile(out, int(T), nrows, job, 0, n0, accumulate);
+        }
+      }
+    });
+    return;
+  }
+#endif
 
   pool_.run([&](int chunk, int nchunks) {
     int64_t b0, b1;
