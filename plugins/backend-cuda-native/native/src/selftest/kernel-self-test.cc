@@ -244,7 +244,7 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
 
 // matmul in every weight dtype. K covers real hidden sizes and tails (100 % 16 = 4, 24 % 16 = 8:
 // the masked AVX-512 tail; 100 % 32 = 4 for the bf16 dot path); T covers one decode row, the
-// in-register bf16/f16 path (T <= 8), the widened-tile path (T = 9), the bf16 dot-product path
+// few-token path and the in-register bf16/f16 conversion (T <= 8), the widened-tile path (T = 9), the bf16 dot-product path
 // (T >= 64 here: 70) and more than one token tile (70 > 64). bf16 also runs with bf16-representable
 // x, which the dot-product path must match as tightly as f32. Several jobs in one call check the
 // shared row-block work list; bias and accumulate are drawn at random.
