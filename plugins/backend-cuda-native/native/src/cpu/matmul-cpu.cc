@@ -140,40 +140,35 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
   reduce_tile<TN>(acc, out);  // 4 at a time, in the flattened [t][i] order of `out`
 }
 
+// The micro-kernel of one (weight dtype, token count, prefetch hint): the one dispatch from
+// run-time shapes to dot_block instances, for dot_weights per call and for the few-token path of
+// matmul_widen once per job.
+using DotBlockFn = void (*)(const void* const*, const float* const*, int64_t, float*, int64_t);
 template <typename Ld, int Hint>
-void dot_tn(const void* const* w, const float* const* x, int tn, int64_t K, float* out, int64_t pf_off) {
+DotBlockFn dot_block_for(int tn) {
   switch (tn) {
-    case 8: dot_block<Ld, 8, Hint>(w, x, K, out, pf_off); break;
-    case 7: dot_block<Ld, 7, Hint>(w, x, K, out, pf_off); break;
-    case 6: dot_block<Ld, 6, Hint>(w, x, K, out, pf_off); break;
-    case 5: dot_block<Ld, 5, Hint>(w, x, K, out, pf_off); break;
-    case 4: dot_block<Ld, 4, Hint>(w, x, K, out, pf_off); break;
-    case 3: dot_block<Ld, 3, Hint>(w, x, K, out, pf_off); break;
-    case 2: dot_block<Ld, 2, Hint>(w, x, K, out, pf_off); break;
-    default: dot_block<Ld, 1, Hint>(w, x, K, out, pf_off); break;
+    case 8: return &dot_block<Ld, 8, Hint>;
+    case 7: return &dot_block<Ld, 7, Hint>;
+    case 6: return &dot_block<Ld, 6, Hint>;
+    case 5: return &dot_block<Ld, 5, Hint>;
+    case 4: return &dot_block<Ld, 4, Hint>;
+    case 3: return &dot_block<Ld, 3, Hint>;
+    case 2: return &dot_block<Ld, 2, Hint>;
+    default: return &dot_block<Ld, 1, Hint>;
   }
 }
-
-// The micro-kernel for weights stored in `dt`, prefetching with hint `Hint`.
-template <int Hint>
-inline void dot_dtype(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                      int64_t pf_off) {
-  if (dt == DType::F32)
-    dot_tn<LoadF32, Hint>(w, x, tn, K, out, pf_off);
-  else if (dt == DType::BF16)
-    dot_tn<LoadBF16, Hint>(w, x, tn, K, out, pf_off);
-  else
-    dot_tn<LoadF16, Hint>(w, x, tn, K, out, pf_off);
+template <int Hint = _MM_HINT_T0>
+DotBlockFn dot_block_for(DType dt, int tn) {
+  if (dt == DType::F32) return dot_block_for<LoadF32, Hint>(tn);
+  if (dt == DType::BF16) return dot_block_for<LoadBF16, Hint>(tn);
+  return dot_block_for<LoadF16, Hint>(tn);
 }
 
 // Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
 // pf_l2: the prefetches at pf_off go to L2 only (bytes a later op reads, not this matmul).
 inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
                         int64_t pf_off, bool pf_l2 = false) {
-  if (pf_l2)
-    dot_dtype<_MM_HINT_T1>(dt, w, x, tn, K, out, pf_off);
-  else
-    dot_dtype<_MM_HINT_T0>(dt, w, x, tn, K, out, pf_off);
+  (pf_l2 ? dot_block_for<_MM_HINT_T1>(dt, tn) : dot_block_for<_MM_HINT_T0>(dt, tn))(w, x, K, out, pf_off);
 }
 
 // Dequantise one Q8 row of n weights (n a multiple of 32) to f32: d * q per block.
@@ -205,27 +200,6 @@ inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
 }
 
 constexpr bool kConvertInRegisters = true;
-
-// The micro-kernel of one (weight dtype, token count), resolved once per job for the streaming
-// path of small steps (matmul_widen_few): the same dot_block instances as dot_weights, so the
-// bits are the same.
-using DotBlockFn = void (*)(const void* const*, const float* const*, int64_t, float*, int64_t);
-template <typename Ld>
-DotBlockFn dot_block_for(int tn) {
-  switch (tn) {
-    case 8: return &dot_block<Ld, 8>;
-    case 7: return &dot_block<Ld, 7>;
-    case 6: return &dot_block<Ld, 6>;
-    case 5: return &dot_block<Ld, 5>;
-    case 4: return &dot_block<Ld, 4>;
-    case 3: return &dot_block<Ld, 3>;
-    case 2: return &dot_block<Ld, 2>;
-    default: return &dot_block<Ld, 1>;
-  }
-}
-DotBlockFn dot_block_for(DType dt, int tn) {
-  return dt == DType::F32 ? dot_block_for<LoadF32>(tn) : dt == DType::BF16 ? dot_block_for<LoadBF16>(tn) : dot_block_for<LoadF16>(tn);
-}
 
 #else  // AVX2 + FMA + F16C
 
@@ -398,6 +372,17 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
   matmul_widen(x, T, ldx, jobs, njobs, accumulate);
 }
 
+namespace {
+// Every byte of the row block of `job` from row n0 into L1 at once: the prefetch of a later block
+// when a step is bandwidth-bound (kBurstPrefetchTokens).
+inline void prefetch_block(const MatmulJob& job, int64_t n0) {
+  const int64_t row_bytes = weight_row_bytes(job.w.dtype, job.w.cols);
+  const char* p = static_cast<const char*>(job.w.data) + n0 * row_bytes;
+  const int64_t bytes = std::min<int64_t>(kRows, job.w.rows - n0) * row_bytes;
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+}  // namespace
+
 void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                              bool accumulate) {
   // The hint is for this call only.
@@ -452,10 +437,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
             const int64_t pn = blocks[b + kPrefetchBlocks] & kRowMask;
             if (T <= kBurstPrefetchTokens) {
-              const int64_t prb = weight_row_bytes(pj.w.dtype, pj.w.cols);
-              const char* p = static_cast<const char*>(pj.w.data) + pn * prb;
-              const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * prb;
-              for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+              prefetch_block(pj, pn);
             } else if (&pj == &job && pn + kRows <= rows) {
               pf_off = (pn - n0) * rb;
             }
@@ -517,10 +499,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             const bool widened = dt == DType::Q8 || (dt != DType::F32 && !(kConvertInRegisters && t1 - t0 <= kMaxTokens));
             if (T <= kBurstPrefetchTokens || widened) {
               // Few tokens (bandwidth-bound): the whole later block at once, as the step starts.
-              const int64_t row_bytes = weight_row_bytes(pj.w.dtype, K);
-              const char* p = static_cast<const char*>(pj.w.data) + pn * row_bytes;
-              const int64_t bytes = std::min<int64_t>(kRows, pj.w.rows - pn) * row_bytes;
-              for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+              prefetch_block(pj, pn);
             } else if (&pj == &job && pn + kRows <= pj.w.rows) {
               // Same matrix (rows contiguous): an offset from this block's rows; across a job
               // boundary the hardware prefetcher is left to it.
