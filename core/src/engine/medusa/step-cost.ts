@@ -19,6 +19,8 @@ const RECENCY = 0.98
 const BANDWIDTH = 1
 
 interface Bucket {
+  /** `floor(log2(work) · BUCKETS_PER_OCTAVE)`: buckets are kept in this order. */
+  readonly index: number
   /** Forgetting sums of weight, work and milliseconds. */
   n: number
   w: number
@@ -27,14 +29,43 @@ interface Bucket {
   at: number
 }
 
-/** A bucket's mean point, pooled with its neighbours where the means are not monotone. */
-interface Point {
-  work: number
-  ms: number
-  /** Forgetting sample weight. */
-  n: number
-  /** The step of its (latest) last sample. */
-  at: number
+/**
+ * The buckets' mean points pooled until non-decreasing (see `StepCostModel`), in work order, as
+ * flat arrays the fits read: each point's work, mean, `log2(work)` and weight before its distance
+ * (`StepCostModel.weight`). Rebuilt in place after each sample, the first time a cost is asked: a
+ * plan asks a few dozen costs (every tree size of every group), and pooling into fresh objects,
+ * then taking a logarithm and a recency power per point per question, made the fits most of a
+ * batch-1 plan of the demo model.
+ */
+class Shape {
+  size = 0
+  work: Float64Array = new Float64Array(16)
+  ms: Float64Array = new Float64Array(16)
+  logWork: Float64Array = new Float64Array(16)
+  weight: Float64Array = new Float64Array(16)
+  /** Forgetting sample weight and latest sample step of each point (pooling sums and maxes them). */
+  n: Float64Array = new Float64Array(16)
+  at: Float64Array = new Float64Array(16)
+  /** The slope of a line through all the points (0 when they cannot tell one). */
+  slope = 0
+  /** The cheapest mean: no step is predicted below a twentieth of it. */
+  least = 0
+
+  /** Room for `size` points. */
+  reserve(size: number): void {
+    if (size <= this.work.length) return
+    const grow = (a: Float64Array): Float64Array => {
+      const b = new Float64Array(2 * size)
+      b.set(a)
+      return b
+    }
+    this.work = grow(this.work)
+    this.ms = grow(this.ms)
+    this.logWork = grow(this.logWork)
+    this.weight = grow(this.weight)
+    this.n = grow(this.n)
+    this.at = grow(this.at)
+  }
 }
 
 /**
@@ -54,10 +85,12 @@ interface Point {
  * tokens look a third as costly as they are, and every row paid for the trees that chose.
  */
 export class StepCostModel {
-  private readonly buckets = new Map<number, Bucket>()
+  /** Measured buckets in `index` order (a handful: half octaves of the works seen). */
+  private readonly buckets: Bucket[] = []
   private steps = 0
-  /** The pooled means and the slope of all of them, or null while stale. */
-  private shape: { points: Point[]; slope: number } | null = null
+  /** The pooled means and the slope of all of them (see `Shape`); `stale` until pooled after a sample. */
+  private readonly shape = new Shape()
+  private stale = true
   /** Costs asked since the last sample, by work (a step's plan asks the same few works many times). */
   private readonly memo = new Map<number, number>()
 
@@ -65,21 +98,26 @@ export class StepCostModel {
   record(work: number, ms: number): void {
     if (!(ms >= 0) || !(work > 0)) return
     const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
-    let bucket = this.buckets.get(index)
-    if (bucket === undefined) this.buckets.set(index, (bucket = { n: 0, w: 0, ms: 0, at: 0 }))
+    let at = 0
+    while (at < this.buckets.length && this.buckets[at]!.index < index) at++
+    let bucket = this.buckets[at]
+    if (bucket === undefined || bucket.index !== index) {
+      bucket = { index, n: 0, w: 0, ms: 0, at: 0 }
+      this.buckets.splice(at, 0, bucket)
+    }
     const mean = bucket.ms / bucket.n
     const decay = !(bucket.n > 0) || ms < RESET_SHARE * mean ? 0 : DECAY
     bucket.at = ++this.steps
     bucket.n = bucket.n * decay + 1
     bucket.w = bucket.w * decay + work
     bucket.ms = bucket.ms * decay + ms
-    this.shape = null
+    this.stale = true
     this.memo.clear()
   }
 
   /** Whether costs can be told apart by work: at least two buckets measured. */
   get ready(): boolean {
-    return this.buckets.size >= 2
+    return this.buckets.length >= 2
   }
 
   /** The predicted milliseconds of a step of `work` (see the class comment); needs `ready`. */
@@ -93,72 +131,85 @@ export class StepCostModel {
   }
 
   private fitAt(work: number): number {
-    const { points, slope: overall } = (this.shape ??= this.pool())
-    const near = weightedLine(
-      points,
-      (p) => {
-        const octaves = Math.log2(p.work / work) / BANDWIDTH
-        return this.weight(p) * Math.exp(-0.5 * octaves * octaves)
-      },
-      1e-9,
-    )
-    const slope = Number.isFinite(near.slope) ? Math.max(0, near.slope) : overall
-    let least = Infinity
-    for (const p of points) least = Math.min(least, p.ms)
+    if (this.stale) this.pool()
+    const shape = this.shape
+    const near = weightedLine(shape, Math.log2(work))
+    const slope = Number.isFinite(near.slope) ? Math.max(0, near.slope) : shape.slope
     // A step never costs nothing: below every measured size, at least a twentieth of the cheapest.
-    return Math.max(0.05 * least, near.y + slope * (work - near.x))
+    return Math.max(0.05 * shape.least, near.y + slope * (work - near.x))
   }
 
   /** A point's weight in a fit before its distance: its samples, fading with the steps since its last. */
-  private weight(p: Point): number {
-    return p.n * Math.max(MIN_RECENCY, RECENCY ** (this.steps - p.at))
+  private weight(n: number, at: number): number {
+    return n * Math.max(MIN_RECENCY, RECENCY ** (this.steps - at))
   }
 
   /** The buckets' means in work order, pooled until non-decreasing, and the slope of a line through all of them. */
-  private pool(): { points: Point[]; slope: number } {
-    const sorted = [...this.buckets.entries()].sort(([a], [b]) => a - b).map(([, bucket]) => bucket)
-    const points: Point[] = []
-    for (const { n, w, ms, at } of sorted) {
-      let p: Point = { work: w / n, ms: ms / n, n, at }
+  private pool(): void {
+    const shape = this.shape
+    shape.reserve(this.buckets.length)
+    const { work, ms, n, at } = shape
+    let size = 0
+    for (const bucket of this.buckets) {
+      let pw = bucket.w / bucket.n
+      let pms = bucket.ms / bucket.n
+      let pn = bucket.n
+      let pat = bucket.at
       // Pool adjacent violators: a mean below the one before it merges with it.
-      while (points.length > 0 && points.at(-1)!.ms >= p.ms) {
-        const q = points.pop()!
-        const weight = q.n + p.n
-        p = {
-          work: (q.work * q.n + p.work * p.n) / weight,
-          ms: (q.ms * q.n + p.ms * p.n) / weight,
-          n: weight,
-          at: Math.max(q.at, p.at),
-        }
+      while (size > 0 && ms[size - 1]! >= pms) {
+        const q = --size
+        const weight = n[q]! + pn
+        pw = (work[q]! * n[q]! + pw * pn) / weight
+        pms = (ms[q]! * n[q]! + pms * pn) / weight
+        pn = weight
+        pat = Math.max(at[q]!, pat)
       }
-      points.push(p)
+      work[size] = pw
+      ms[size] = pms
+      n[size] = pn
+      at[size] = pat
+      size++
     }
-    const { slope } = weightedLine(points, (p) => this.weight(p), 1e-12)
-    return { points, slope: Number.isFinite(slope) ? Math.max(0, slope) : 0 }
+    shape.size = size
+    let least = Infinity
+    for (let i = 0; i < size; i++) {
+      shape.logWork[i] = Math.log2(work[i]!)
+      shape.weight[i] = this.weight(n[i]!, at[i]!)
+      least = Math.min(least, ms[i]!)
+    }
+    shape.least = least
+    const { slope } = weightedLine(shape, null, 1e-12)
+    shape.slope = Number.isFinite(slope) ? Math.max(0, slope) : 0
+    this.stale = false
   }
 }
 
 /**
- * The weighted least-squares line through `points` (work → ms): its weighted mean point and its
- * slope, NaN where the works have no spread (variance under `minSpread` relative).
+ * The weighted least-squares line through the shape's points (work → ms): its weighted mean point
+ * and its slope, NaN where the works have no spread (variance under `minSpread` relative). Each
+ * point weighs its `weight`, times a Gaussian of its distance from `2^logAt` in octaves
+ * (`BANDWIDTH`) when `logAt` is given.
  */
-function weightedLine(
-  points: readonly Point[],
-  weightOf: (p: Point) => number,
-  minSpread: number,
-): { x: number; y: number; slope: number } {
+function weightedLine(shape: Shape, logAt: number | null, minSpread = 1e-9): { x: number; y: number; slope: number } {
+  const { work, ms, logWork, weight: pointWeight } = shape
   let s = 0
   let sx = 0
   let sy = 0
   let sxx = 0
   let sxy = 0
-  for (const p of points) {
-    const weight = weightOf(p)
+  for (let i = 0; i < shape.size; i++) {
+    let weight = pointWeight[i]!
+    if (logAt !== null) {
+      const octaves = (logWork[i]! - logAt) / BANDWIDTH
+      weight *= Math.exp(-0.5 * octaves * octaves)
+    }
+    const x = work[i]!
+    const y = ms[i]!
     s += weight
-    sx += weight * p.work
-    sy += weight * p.ms
-    sxx += weight * p.work * p.work
-    sxy += weight * p.work * p.ms
+    sx += weight * x
+    sy += weight * y
+    sxx += weight * x * x
+    sxy += weight * x * y
   }
   const variance = s * sxx - sx * sx
   const slope = variance > minSpread * s * sxx ? (s * sxy - sx * sy) / variance : Number.NaN
