@@ -83,12 +83,21 @@ class KeyStats {
   stretch: { rows: number; otherRows: number; keys: number; since: number; steps: number; hopeful: boolean } | null =
     null
 
+  /**
+   * The key's curves as `AdaptiveTreePolicy.curve` last computed them, by estimate (`q`) and
+   * optimistic (`qUpper`): reused, since a plan asks for them on every step with drafts.
+   */
+  readonly meanCurve: { expected: Float64Array; work: Float64Array }
+  readonly upperCurve: { expected: Float64Array; work: Float64Array }
+
   constructor(family: TreeFamily) {
     this.family = family
     const size = family.full.tree.size
     this.tried = new Float64Array(size)
     this.taken = new Float64Array(size)
     this.reach = new Float64Array(size)
+    this.meanCurve = { expected: new Float64Array(size), work: new Float64Array(size) }
+    this.upperCurve = { expected: new Float64Array(size), work: new Float64Array(size) }
   }
 
   /** Every node's `tried` and `taken` summed (faded alike): the key's acceptance as a whole. */
@@ -104,13 +113,22 @@ class KeyStats {
    * 2.5 plain steps).
    */
   q(n: number): number {
-    const prior = Math.min(0.5, (this.takenAll + 1) / (this.triedAll + 2))
+    return this.qWith(n, this.prior())
+  }
+
+  /** The prior `p` of `q` (see there): it changes only when evidence is recorded or fades. */
+  prior(): number {
+    return Math.min(0.5, (this.takenAll + 1) / (this.triedAll + 2))
+  }
+
+  /** `q(n)` with the prior given (a curve computes it once for all the family's nodes). */
+  qWith(n: number, prior: number): number {
     return (this.taken[n]! + 2 * prior) / (this.tried[n]! + 2)
   }
 
   /** `q(n)` plus `OPTIMISM` standard deviations of its estimate (at most 1): what the node might be worth. */
-  qUpper(n: number): number {
-    const q = this.q(n)
+  qUpper(n: number, prior: number): number {
+    const q = this.qWith(n, prior)
     return Math.min(1, q + OPTIMISM * Math.sqrt((q * (1 - q)) / (this.tried[n]! + 2)))
   }
 
@@ -325,7 +343,7 @@ export class AdaptiveTreePolicy {
     costs: StepCosts,
     otherRows: number,
   ): { gain: number; cost: number } {
-    const { expected, work } = this.curve(s, g, (n) => s.qUpper(n))
+    const { expected, work } = this.curve(s, g, true)
     const rows = otherRows + g.rows
     const cost0 = costs.cost(rows, false, rows)
     const rate0 = (otherRows + g.rows) / cost0
@@ -354,13 +372,17 @@ export class AdaptiveTreePolicy {
     return s
   }
 
-  /** `E(k)` and per-row work of every tree size of a group's family (see the class comment). */
-  private curve(s: KeyStats, g: PolicyGroup, q: (n: number) => number = (n) => s.q(n)): GroupCurve {
+  /**
+   * `E(k)` and per-row work of every tree size of a group's family (see the class comment), with
+   * each node's acceptance estimated (`KeyStats.q`) or, `optimistic`, at its upper bound
+   * (`KeyStats.qUpper`). The arrays are the key's own, overwritten by its next curve of that kind.
+   */
+  private curve(s: KeyStats, g: PolicyGroup, optimistic = false): GroupCurve {
     const { order } = s.family
     const full = s.family.full.tree
-    const expected = new Float64Array(order.length + 1)
-    const work = new Float64Array(order.length + 1)
+    const { expected, work } = optimistic ? s.upperCurve : s.meanCurve
     const reach = s.reach
+    const prior = s.prior()
     reach[0] = 1
     expected[0] = 1
     work[0] = 1
@@ -369,7 +391,7 @@ export class AdaptiveTreePolicy {
     let tokens = 1
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
-      reach[n] = reach[full.parent[n]!]! * q(n)
+      reach[n] = reach[full.parent[n]!]! * (optimistic ? s.qUpper(n, prior) : s.qWith(n, prior))
       const d = full.depth[n]!
       if (d <= g.depth) {
         e += reach[n]!
