@@ -17,6 +17,15 @@ struct AttnPieceSums {
   float m, s;
 };
 
+// One work item of CpuDevice::attention's pass over (token, head) pairs: the new tokens
+// [k0, k0 + nk) of one row (indices into its token list) with every query head of KV head `head`
+// (`group`: one attend_group call), or one pair, token k0 with query head `head`.
+struct AttnUnit {
+  int64_t k0;
+  int32_t nk, head;
+  bool group;
+};
+
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(int threads);
@@ -86,6 +95,7 @@ class CpuDevice final : public Device {
   std::vector<int64_t> piece_start_;
   // attention: each new token's visible keys, and a tree node's visible new tokens (VisibleRows).
   std::vector<int32_t> attn_len_, attn_newk_at_, attn_newk_;
+  std::vector<AttnUnit> attn_units_;
   std::vector<float> attn_acc_;
   std::vector<AttnPieceSums> attn_sums_;
   std::vector<LoraSegment> module_segs_;  // lora_apply's per-module expand lists
