@@ -344,6 +344,21 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
 // qs: [nq, 8·NV] scaled queries; score: [nq, sstride]; acc: [nq, 8·NV] scratch.
 constexpr int kMaxGroupQueries = 16;
 
+// The scores of 8 keys for one scaled query (q [8·NV]), in attend_range's order: each key's dot in
+// 8 lanes from its first vector, then one transposing reduction.
+template <int NV>
+inline __m256 scores8(const float* q, const float* const* kr) {
+  __m256 a[8];
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; u++) {
+    a[u] = _mm256_mul_ps(_mm256_loadu_ps(q), _mm256_loadu_ps(kr[u]));
+#pragma GCC unroll 16
+    for (int v = 1; v < NV; v++)
+      a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(q + 8 * v), _mm256_loadu_ps(kr[u] + 8 * v), a[u]);
+  }
+  return hsum8x8(a);
+}
+
 template <int NV>
 void attend_group(const float* const* qv, float* const* out, const int32_t* const* newk, const int* len, int nq,
                   float scale, const float* kc, const float* vc, const AttnRow& row, int64_t E, int64_t g_off,
@@ -365,18 +380,7 @@ void attend_group(const float* const* qv, float* const* out, const int32_t* cons
     const float* kr[8];
 #pragma GCC unroll 8
     for (int u = 0; u < 8; u++) kr[u] = kp.next();
-    for (int q = 0; q < nq; q++) {
-      const float* qq = qs + q * D;
-      __m256 a[8];
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) {
-        a[u] = _mm256_mul_ps(_mm256_loadu_ps(qq), _mm256_loadu_ps(kr[u]));
-#pragma GCC unroll 16
-        for (int v = 1; v < NV; v++)
-          a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(qq + 8 * v), _mm256_loadu_ps(kr[u] + 8 * v), a[u]);
-      }
-      _mm256_storeu_ps(score + q * sstride + c, hsum8x8(a));
-    }
+    for (int q = 0; q < nq; q++) _mm256_storeu_ps(score + q * sstride + c, scores8<NV>(qs + q * D, kr));
   }
   // Each query's remaining blocks, then its softmax (attend_range's steps from key shared8 on).
   float sums[kMaxGroupQueries];
@@ -387,18 +391,11 @@ void attend_group(const float* const* qv, float* const* out, const int32_t* cons
     const int n = len[q], n8 = (n + 7) & ~7;
     VisibleRows keys{{kc, row.block_table, E, g_off, block_size, shared8 / block_size, shared8 % block_size},
                      newk[q], row.cache_len, shared8};
-    const float* kr = nullptr;
+    const float* kr[8] = {};
     for (int c = shared8; c < n8; c += 8) {
-      __m256 a[8];
-#pragma GCC unroll 8
-      for (int u = 0; u < 8; u++) {
-        if (c + u < n) kr = keys.next();
-        a[u] = _mm256_mul_ps(_mm256_loadu_ps(qq), _mm256_loadu_ps(kr));
-#pragma GCC unroll 16
-        for (int v = 1; v < NV; v++)
-          a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(qq + 8 * v), _mm256_loadu_ps(kr + 8 * v), a[u]);
-      }
-      _mm256_storeu_ps(sq + c, hsum8x8(a));
+      // Past the query's last key, its last key again (as attend_range pads).
+      for (int u = 0; u < 8; u++) kr[u] = u == 0 || c + u < n ? keys.next() : kr[u - 1];
+      _mm256_storeu_ps(sq + c, scores8<NV>(qq, kr));
     }
     for (int c = n; c < n8; c++) sq[c] = -INFINITY;
     const float mx = row_max(sq, n8, -INFINITY);
@@ -470,19 +467,6 @@ using AttendGroupFn = void (*)(const float* const*, float* const*, const int32_t
                                const float*, const float*, const AttnRow&, int64_t, int64_t, int, float*, float*,
                                int64_t, float*);
 
-// attend_group for this head dim, or null (pairs one by one).
-AttendGroupFn attend_group_for(int D) {
-  switch (D) {
-    case 32: return attend_group<4>;
-    case 48: return attend_group<6>;
-    case 64: return attend_group<8>;
-    case 80: return attend_group<10>;
-    case 96: return attend_group<12>;
-    case 128: return attend_group<16>;
-    default: return nullptr;
-  }
-}
-
 // attend_range for any head dim: the same steps with the query in an L1 buffer (qs [D]).
 void attend_range_generic(const float* qv, float scale, const float* kc, const float* vc, const AttnRow& row,
                           const int32_t* newk, int64_t E, int64_t g_off, int block_size, int D, int c0, int c1,
@@ -532,16 +516,27 @@ void attend_range_generic(const float* qv, float scale, const float* kc, const f
 using AttendFn = void (*)(const float*, float, const float*, const float*, const AttnRow&, const int32_t*, int64_t,
                           int64_t, int, int, int, bool, float*, float*, PieceSums*);
 
-// The register-resident version for this head dim, or null (attend_range_generic).
-AttendFn attend_for(int D) {
+// The register-resident kernels for a head dim: one (token, head) over a key range, and a group of
+// queries (attend_group); both null for other head dims (attend_range_generic, pair by pair).
+struct AttendKernels {
+  AttendFn range;
+  AttendGroupFn group;
+};
+
+template <int NV>
+constexpr AttendKernels attend_kernels() {
+  return {attend_range<NV>, attend_group<NV>};
+}
+
+AttendKernels attend_kernels_for(int D) {
   switch (D) {
-    case 32: return attend_range<4>;
-    case 48: return attend_range<6>;
-    case 64: return attend_range<8>;
-    case 80: return attend_range<10>;
-    case 96: return attend_range<12>;
-    case 128: return attend_range<16>;
-    default: return nullptr;
+    case 32: return attend_kernels<4>();
+    case 48: return attend_kernels<6>();
+    case 64: return attend_kernels<8>();
+    case 80: return attend_kernels<10>();
+    case 96: return attend_kernels<12>();
+    case 128: return attend_kernels<16>();
+    default: return {nullptr, nullptr};
   }
 }
 
@@ -581,7 +576,8 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
   const float* vc = static_cast<const float*>(vcache);
   const int D = s.head_dim, Hq = s.num_heads, group = s.num_heads / s.num_kv_heads;
   const int64_t E = int64_t(s.num_kv_heads) * D;
-  const AttendFn fast = attend_for(D);
+  const AttendKernels kernels = attend_kernels_for(D);
+  const AttendFn fast = kernels.range;
   auto pieces_of = [](int len) { return (len + kKeyPiece - 1) / kKeyPiece; };
   // items_[k] = (row, token) of the k-th new token, in batch order; attn_len_[k] its visible keys
   // (a causal row's stop at the token itself: the rest of a prefill row is masked, and skipping
@@ -654,15 +650,17 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
     if (np > 1) merge_pieces(sums.data(), acc.data(), np, D, o);
   };
 
-  const AttendGroupFn group_fn = group <= kMaxGroupQueries ? attend_group_for(D) : nullptr;
-  if (!spread && group_fn != nullptr) {
+  if (!spread) {
     // Units: each row's tokens whose keys fit one piece, kMaxGroupQueries / group at a time, with
-    // one KV head's query heads (attend_group); any other token pair by pair.
+    // one KV head's query heads (attend_group); any other token, or every token without a group
+    // kernel, pair by pair. Interleaved over the threads, they balance causal prefill, where later
+    // tokens see more keys.
+    const AttendGroupFn group_fn = group <= kMaxGroupQueries ? kernels.group : nullptr;
     attn_units_.clear();
     const int per_unit = kMaxGroupQueries / group;
     const int64_t nitems = int64_t(items_.size());
     for (int64_t k = 0; k < nitems;) {
-      if (attn_len_[size_t(k)] > kKeyPiece) {
+      if (group_fn == nullptr || attn_len_[size_t(k)] > kKeyPiece) {
         for (int h = 0; h < Hq; h++) attn_units_.push_back({k, 1, h, false});
         k++;
         continue;
@@ -711,21 +709,7 @@ void CpuDevice::attention(const float* q, int64_t ldq, const void* kcache, const
                  gscore.data(), sstride, gacc.data());
       }
     };
-    if (nunits < 2 || nth_pool == 1)
-      work(0, 1);
-    else
-      pool_.run(work);
-    return;
-  }
-
-  if (!spread) {
-    auto work = [&](int tid, int nth) {
-      static thread_local std::vector<float> score, qs, acc;
-      static thread_local std::vector<PieceSums> sums;
-      // Interleaved items balance causal prefill, where later tokens see more entries.
-      for (int64_t it = tid; it < pairs; it += nth) run_pair(it, score, qs, acc, sums);
-    };
-    if (pairs < 4 || nth_pool == 1)
+    if (nunits < 2 || pairs < 4 || nth_pool == 1)
       work(0, 1);
     else
       pool_.run(work);
