@@ -250,7 +250,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     }
     const contextLimit = Math.min(spec.maxContextLength, this.limits.maxTotalTokens ?? Infinity)
     const speculation = {
-      familyOf: (seq: Sequence) => this.familyOf(seq),
+      familyOf: (seq: Sequence, key: string) => this.familyOf(seq, key),
       maxBatchSize: this.speculationMaxBatchSize,
       maxTokens: this.speculationMaxTokens,
       contextLimit,
@@ -258,6 +258,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       medusaSlotOf: (seq: Sequence) =>
         seq.request.speculator === null || seq.drafter !== 'medusa' ? -1 : adapters.slotOf(seq.request.speculator),
       lookupDraft: (seq: Sequence) => lookupDraft(seq.tokens, this.promptLookup!.options, this.promptLookup!.tree),
+      lookupNgram: this.promptLookup?.options.ngramSize ?? 0,
       policy: this.treePolicy,
     }
     this.loaded = {
@@ -531,12 +532,12 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     return { drafter: 'prompt-lookup', policyKey: lookupKey }
   }
 
-  /** The candidate trees of a sequence's policy key (see `SchedulerSpeculation.familyOf`). */
-  private familyOf(seq: Sequence): TreeFamily {
+  /** The candidate trees of a sequence's draft under policy `key` (see `SchedulerSpeculation.familyOf`). */
+  private familyOf(seq: Sequence, key: string): TreeFamily {
     const lookup = seq.drafter === 'prompt-lookup' ? this.promptLookup : null
     const policy = this.treePolicy
     if (policy === null) return lookup?.family ?? this.treeFamily
-    return policy.family(seq.policyKey, () =>
+    return policy.family(key, () =>
       lookup !== null ? lookupFamily(lookup.tree) : new TreeFamily(this.tree, this.choices),
     )
   }
@@ -623,7 +624,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       row.tokens,
       (n) => this.take(seq, results, at.sampled + n),
       (id) => this.stopReason(seq, id),
-      (n, next) => this.treePolicy?.recordChildren(seq.policyKey, subTree, n, treeNodes, next),
+      (n, next) => this.treePolicy?.recordChildren(seq.treeKey, subTree, n, treeNodes, next),
     )
     this.speculationCounters.recordVerify(tree.depth[treeNodes - 1]!, treeNodes - 1, accepted.length, emitted.length)
     if (emitted.length > 0) seq.channel.push({ type: 'tokens', tokens: [...emitted] })

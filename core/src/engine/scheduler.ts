@@ -2,7 +2,7 @@ import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
 import type { Draft } from './medusa/draft.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
-import type { AdaptiveTreePolicy, PolicyGroup } from './medusa/tree-policy.ts'
+import { draftKey, lookupKey, type AdaptiveTreePolicy, type PolicyGroup } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -22,10 +22,11 @@ export type AdapterSlotOf = (seq: Sequence) => number | null
 /** How the scheduler plans verification rows (see `Scheduler`, step 1). */
 export interface SchedulerSpeculation {
   /**
-   * The candidate trees of a sequence with a drafter: its policy key's family (Medusa's tree, or
-   * prompt lookup's chain); without a policy, always the full tree of it.
+   * The candidate trees of a sequence with a drafter under policy key `key` (its draft's,
+   * `draftKey`): that key's family (Medusa's tree, or prompt lookup's chain); without a policy,
+   * always the full tree of it.
    */
-  readonly familyOf: (seq: Sequence) => TreeFamily
+  readonly familyOf: (seq: Sequence, key: string) => TreeFamily
   /** No tree rows (and no head logits) in a step when more sequences than this are running. */
   readonly maxBatchSize: number
   /** Most candidate tokens (tree nodes other than roots) per step, over all rows. */
@@ -36,10 +37,13 @@ export interface SchedulerSpeculation {
   readonly medusaSlotOf: (seq: Sequence) => number
   /**
    * The prompt-lookup draft of a decoding sequence whose drafter is prompt lookup (null: no
-   * n-gram matches). Asked when a step is planned, and only when the policy wants a draft for
-   * the sequence's key (see `wantsDraft`): while its key decodes plainly, no row searches.
+   * n-gram matches). Searched when a step is planned; the draft is used only when the policy wants
+   * one for its key (`draftKey`: the sequence's, and the match's length; see `wantsDraft`), and
+   * searched only when the policy wants a draft for some match length (`wantsLookup`).
    */
   readonly lookupDraft: (seq: Sequence) => Draft | null
+  /** Longest n-gram prompt lookup matches (`PromptLookupOptions.ngramSize`; 0 when it is off). */
+  readonly lookupNgram: number
   /** Picks each key's tree size every step from measured costs; null: the largest tree that fits. */
   readonly policy: AdaptiveTreePolicy | null
 }
@@ -268,7 +272,11 @@ export class Scheduler {
     const out = new Map<Sequence, { subTree: SubTree; nodes: number }>()
     let budget = speculation.maxTokens
     for (const seq of decoders) {
-      if (seq.drafter === 'prompt-lookup') seq.draft = wantsDraft(seq, asks) ? speculation.lookupDraft(seq) : null
+      if (seq.drafter !== 'prompt-lookup') continue
+      // The match's length is part of the draft's key, so a row searches when any length's key
+      // wants a draft, and keeps what it finds when that length's does.
+      const draft = wantsLookup(seq, asks, speculation.lookupNgram) ? speculation.lookupDraft(seq) : null
+      seq.draft = draft !== null && wantsDraft(seq, asks, draftKey(seq.policyKey, draft)) ? draft : null
     }
     const waiting = decoders.filter((seq) => seq.drafter !== null && seq.draft !== null)
     if (waiting.length === 0) return out
@@ -277,18 +285,19 @@ export class Scheduler {
     const subTrees = new Map<string, SubTree | null>()
     const families = new Map<string, TreeFamily>()
     for (const seq of waiting) {
-      if (!families.has(seq.policyKey)) families.set(seq.policyKey, speculation.familyOf(seq))
+      seq.treeKey = draftKey(seq.policyKey, seq.draft!)
+      if (!families.has(seq.treeKey)) families.set(seq.treeKey, speculation.familyOf(seq, seq.treeKey))
     }
     if (policy === null) {
       for (const [key, family] of families) subTrees.set(key, family.full)
     } else {
       const groups = new Map<string, { key: string; rows: number; depth: number; heads: number }>()
       for (const seq of waiting) {
-        let g = groups.get(seq.policyKey)
+        let g = groups.get(seq.treeKey)
         if (g === undefined) {
           const heads = seq.drafter === 'medusa' ? seq.request.speculator!.size : 0
-          g = { key: seq.policyKey, rows: 0, depth: 0, heads }
-          groups.set(seq.policyKey, g)
+          g = { key: seq.treeKey, rows: 0, depth: 0, heads }
+          groups.set(seq.treeKey, g)
         }
         g.rows++
         g.depth = Math.max(g.depth, seq.draft!.depth)
@@ -300,7 +309,7 @@ export class Scheduler {
     }
     const { blockSize } = this.allocator
     for (const seq of waiting) {
-      const subTree = subTrees.get(seq.policyKey)
+      const subTree = subTrees.get(seq.treeKey)
       if (budget <= 0) break
       if (subTree === null || subTree === undefined) continue
       const left = Math.min(seq.request.maxNewTokens - seq.generated, contextLimit - seq.tokens.length)
@@ -395,29 +404,44 @@ function wantsHeads(seq: Sequence, asks: DraftAsks): boolean {
 
 /**
  * Whether `seq` drafts this step: a row with heads runs them (a plain row's heads give the next
- * step's draft), a prompt-lookup row searches its tokens. While the policy finds plain decoding
- * faster for a key, its rows do neither, prefill rows included, but for the policy's rare tries:
- * at a batch size where no tree can pay, drafting costs nothing. (A function, not a closure in
+ * step's draft), a prompt-lookup row verifies the draft its search found (asked with `key`, the
+ * draft's: `draftKey`). While the policy finds plain decoding faster for a key, its rows do
+ * neither, prefill rows included, but for the policy's rare tries: at a batch size where no tree
+ * can pay, drafting costs nothing (a search costs microseconds). (A function, not a closure in
  * `tryPlan`: tsx names every closure it creates, at a cost per plan.)
  */
-function wantsDraft(seq: Sequence, asks: DraftAsks): boolean {
+function wantsDraft(seq: Sequence, asks: DraftAsks, key = seq.policyKey): boolean {
   const { speculation } = asks
   if (speculation === null || !canDraft(seq)) return false
   const policy = speculation.policy
   if (policy === null) return true
-  let yes = asks.wants.get(seq.policyKey)
+  let yes = asks.wants.get(key)
   if (yes === undefined) {
     let keyRows = asks.keyRows
     if (keyRows === null) {
       keyRows = asks.keyRows = new Map()
       for (const d of asks.decoders) if (canDraft(d)) keyRows.set(d.policyKey, (keyRows.get(d.policyKey) ?? 0) + 1)
     }
+    // A draft's key (`key`, a prompt-lookup match's) is known only once its row searched: its rows
+    // are counted as the sequence's key's.
     const rows = Math.max(1, keyRows.get(seq.policyKey) ?? 0)
     // The keys of the step's drafting rows share the exploration budget of hopeless keys.
     const others = Math.max(0, asks.batchSize - rows)
-    yes = policy.wantsDraft(seq.policyKey, rows, others, Math.max(1, keyRows.size))
-    asks.wants.set(seq.policyKey, yes)
+    yes = policy.wantsDraft(key, rows, others, Math.max(1, keyRows.size))
+    asks.wants.set(key, yes)
   }
+  return yes
+}
+
+/**
+ * Whether a prompt-lookup row of `seq` searches this step: when the policy wants a draft for the
+ * key of some match length it could find (`draftKey`, lengths 1 to `ngram`). Every length's key is
+ * asked, so each counts this plan once (see `AdaptiveTreePolicy.wantsDraft`); while they all
+ * decode plainly, the row does not search.
+ */
+function wantsLookup(seq: Sequence, asks: DraftAsks, ngram: number): boolean {
+  let yes = false
+  for (let n = 1; n <= ngram; n++) if (wantsDraft(seq, asks, lookupKey(seq.policyKey, n))) yes = true
   return yes
 }
 

@@ -53,6 +53,8 @@ export class Sequence {
   medusaSlot = -1
   /** Candidates for the next step (from the heads at the last sampled position, or prompt lookup), or null. */
   draft: Draft | null = null
+  /** The policy key its last planned tree was chosen under (`draftKey` of its draft); verification records there. */
+  treeKey = ''
   /**
    * Cache moves that compact the branch accepted last step (`from[i]` → `to[i]`), sent as a
    * `KvCopy` with the sequence's next row; null when there is nothing to move.

@@ -107,10 +107,15 @@ t.test("a lookup chain on the heads' top-1 path keeps the heads' other candidate
   )
 })
 
-t.test('the scheduler searches a lookup row only when the policy wants a draft for its key', async (t) => {
-  /** Plans 200 decode steps of one prompt-lookup sequence; returns how many asked for a search. */
-  const searches = (policy: AdaptiveTreePolicy): number => {
-    let asked = 0
+t.test('the scheduler searches a lookup row only when the policy wants a draft for some match length', async (t) => {
+  const key = 'base|prompt-lookup'
+  /**
+   * Plans 200 decode steps of one prompt-lookup sequence whose searches find an n-gram match of
+   * `match` tokens (0: none); returns how many steps searched and how many verified a tree.
+   */
+  const run = (policy: AdaptiveTreePolicy, match: number): { searched: number; trees: number } => {
+    let searched = 0
+    let trees = 0
     const tree = lookupTree(4)
     const scheduler = new Scheduler(
       new KvBlockAllocator(64, 16),
@@ -118,15 +123,16 @@ t.test('the scheduler searches a lookup row only when the policy wants a draft f
       64,
       () => -1,
       {
-        familyOf: () => policy.family('base|prompt-lookup', () => lookupFamily(tree)),
+        familyOf: (_seq, policyKey) => policy.family(policyKey, () => lookupFamily(tree)),
         maxBatchSize: 32,
         maxTokens: 64,
         contextLimit: 1024,
         medusaSlotOf: () => -1,
         lookupDraft: () => {
-          asked++
-          return null // no match: the row decodes plainly either way
+          searched++
+          return match === 0 ? null : { tokens: Int32Array.of(0, 7, 7, 7, 7), depth: 4, match }
         },
+        lookupNgram: 3,
         policy,
       },
     )
@@ -139,28 +145,54 @@ t.test('the scheduler searches a lookup row only when the policy wants a draft f
       channel: new EventChannel(() => {}),
       submittedAt: 0,
       drafter: 'prompt-lookup',
-      policyKey: 'base|prompt-lookup',
+      policyKey: key,
     })
     scheduler.enqueue(seq)
     for (let step = 0; step <= 200; step++) {
       const { rows } = scheduler.plan()
       if (rows.length !== 1) throw new Error(`step ${step}: ${rows.length} rows`)
-      // What the engine does with a plain row: its tokens are cached, the next one sampled.
-      seq.cacheLen += rows[0]!.row.tokens.length
+      const fed = rows[0]!.row.tokens.length
+      if (step > 0 && fed > 1) trees++
+      // What the engine does with a row when nothing is accepted: its first token is cached, the next one sampled.
+      seq.cacheLen += step === 0 ? fed : 1
       seq.tokens.push(7)
     }
-    return asked
+    return { searched: searched, trees }
   }
-  const fresh = new AdaptiveTreePolicy()
-  t.equal(searches(fresh), 200, 'a key the policy has not decided against: a search every decode step')
-  // A key whose trees cost per token and never matched: the policy decodes it plainly.
-  const plain = new AdaptiveTreePolicy()
-  const family = plain.family('base|prompt-lookup', () => lookupFamily(lookupTree(4)))
-  for (let i = 0; i < 40; i++) {
-    plain.recordStep(i % 2 === 0 ? 1 : 5, i % 2 === 0 ? 0.35 : 1.75)
-    plain.recordChildren('base|prompt-lookup', family.full, 0, 5, -1)
+  /**
+   * A policy whose 5-token steps cost `treeMs` (a plain step 0.35 ms) and whose drafts under
+   * `plainKeys` never matched: those decode plainly.
+   */
+  const deciding = (plainKeys: string[], treeMs = 1.75): AdaptiveTreePolicy => {
+    const policy = new AdaptiveTreePolicy()
+    const families = plainKeys.map((k) => policy.family(k, () => lookupFamily(lookupTree(4))))
+    for (let i = 0; i < 40; i++) {
+      policy.recordStep(i % 2 === 0 ? 1 : 5, i % 2 === 0 ? 0.35 : treeMs)
+      plainKeys.forEach((k, j) => policy.recordChildren(k, families[j]!.full, 0, 5, -1))
+    }
+    for (const k of plainKeys)
+      t.equal(policy.choose([{ key: k, rows: 1, depth: 4, heads: 0 }])[0], 0, `${k}: plain decoding`)
+    return policy
   }
-  t.equal(plain.choose([{ key: 'base|prompt-lookup', rows: 1, depth: 4, heads: 0 }])[0], 0, 'plain decoding')
-  const n = searches(plain)
-  t.ok(n <= 4, `then its row searches only for the policy's rare tries (${n} of 200 steps)`)
+  t.equal(
+    run(new AdaptiveTreePolicy(), 0).searched,
+    200,
+    'keys the policy has not decided against: a search every decode step',
+  )
+  const allPlain = run(deciding([1, 2, 3].map((n) => `${key}|n${n}`)), 3)
+  t.ok(
+    allPlain.searched <= 4,
+    `every match length plain: searches only for the policy's rare tries (${allPlain.searched} of 200 steps)`,
+  )
+  // Trees that cost little more than a plain step: one-token matches that never matched decode
+  // plainly, while three-token matches are a key of their own, not yet judged.
+  const weak = run(deciding([`${key}|n1`], 0.42), 1)
+  t.equal(weak.searched, 200, 'longer matches may still pay: a search every step')
+  // Cheap trees make the policy hopeful, so it tries more often than the hopeless case above.
+  t.ok(
+    weak.trees <= 20,
+    `a one-token match's draft is verified only on the policy's tries (${weak.trees} of 200 steps)`,
+  )
+  const strong = run(deciding([`${key}|n1`], 0.42), 3)
+  t.ok(strong.trees >= 100, `a three-token match's draft is verified (${strong.trees} of 200 steps)`)
 })

@@ -9,6 +9,8 @@ export interface Draft {
   readonly tokens: Int32Array
   /** Deepest usable level: `min(heads, tree depth)`. */
   readonly depth: number
+  /** Length of the n-gram match a prompt-lookup draft follows (`lookupDraft`); 0 for the heads'. */
+  readonly match: number
 }
 
 /**
@@ -26,7 +28,7 @@ export function draftFromIds(tree: MedusaTree, heads: number, ids: Int32Array, o
     // Only a vocabulary smaller than k or NaN logits leave a rank empty: propose token 0 there.
     tokens[node] = rank < k ? Math.max(0, ids[offset + (d - 1) * k + rank]!) : 0
   }
-  return { tokens, depth }
+  return { tokens, depth, match: 0 }
 }
 
 /**
@@ -65,7 +67,7 @@ export function withLookupChain(
       tokens[node] = below < k ? Math.max(0, ids[offset + (d - 1) * k + below]!) : 0
     }
   }
-  return { tokens, depth: heads.depth }
+  return { tokens, depth: heads.depth, match: 0 }
 }
 
 /** The `k` largest entries of `logits[offset, offset + n)` by id, best first (ties: lower id). */

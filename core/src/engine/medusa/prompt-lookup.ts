@@ -33,7 +33,8 @@ export function lookupFamily(tree: MedusaTree): TreeFamily {
  * become the draft, a chain of up to `draftTokens` for `tree` (`lookupTree`). Null when nothing
  * matches. Text that repeats itself (lists, code, quoting the prompt) drafts well; verification
  * keeps the output lossless whatever is drafted. `minNgram` stops the search at longer n-grams
- * (a full-length match is a much better bet than one repeated token).
+ * (a full-length match is a much better bet than one repeated token). The draft's `match` is the
+ * length of the n-gram it follows.
  */
 export function lookupDraft(
   tokens: readonly number[],
@@ -52,7 +53,7 @@ export function lookupDraft(
       const depth = Math.min(options.draftTokens, len - end, tree.maxDepth)
       const draft = new Int32Array(tree.size)
       for (let d = 1; d <= depth; d++) draft[d] = tokens[end + d - 1]!
-      return { tokens: draft, depth }
+      return { tokens: draft, depth, match: n }
     }
   }
   return null
