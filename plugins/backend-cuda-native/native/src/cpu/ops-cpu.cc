@@ -267,6 +267,20 @@ constexpr int kKeyPiece = 256;
 // The sums of one piece of one (token, head) besides its Σ exp(s - max)·V [D].
 using PieceSums = AttnPieceSums;
 
+// Softmax numerators in place over a -inf-padded multiple of 8: s[c] = exp(s[c] - mx) for c < n8,
+// and their sum, added in 8 lanes then across them (every attention path sums in this order, so a
+// query's output is the same bits on each).
+inline float exp_in_place_sum(float* s, int n8, float mx) {
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 sumv = _mm256_setzero_ps();
+  for (int c = 0; c < n8; c += 8) {
+    const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + c), mv));
+    _mm256_storeu_ps(s + c, p);
+    sumv = _mm256_add_ps(sumv, p);
+  }
+  return hsum256(sumv);
+}
+
 // Keys [c0, c1) of one (token, query head) for a head dim of NV 8-float vectors, the query and the
 // accumulator in registers: scores (8 keys at a time, 8 independent dot chains, then one
 // transposing reduction) over the query's visible keys c0..c1-1 (VisibleRows), softmax against
@@ -310,14 +324,7 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
     if (ps) *ps = {mx, 0.0f};
     return;
   }
-  const __m256 mv = _mm256_set1_ps(mx);
-  __m256 sumv = _mm256_setzero_ps();
-  for (int c = 0; c < len8; c += 8) {
-    const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(score + c), mv));
-    _mm256_storeu_ps(score + c, p);
-    sumv = _mm256_add_ps(sumv, p);
-  }
-  const float sum = hsum256(sumv);
+  const float sum = exp_in_place_sum(score, len8, mx);
   VisibleRows values{{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int cc = 0; cc < len; cc++) {
     const float* vr = values.next();
@@ -403,14 +410,7 @@ void attend_group(const float* const* qv, float* const* out, const int32_t* cons
     sums[q] = 0.0f;
     std::fill(acc + q * D, acc + (q + 1) * D, 0.0f);
     if (!live[q]) continue;
-    const __m256 mv = _mm256_set1_ps(mx);
-    __m256 sumv = _mm256_setzero_ps();
-    for (int c = 0; c < n8; c += 8) {
-      const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(sq + c), mv));
-      _mm256_storeu_ps(sq + c, p);
-      sumv = _mm256_add_ps(sumv, p);
-    }
-    sums[q] = hsum256(sumv);
+    sums[q] = exp_in_place_sum(sq, n8, mx);
   }
   // Σ p V over the shared keys, 8 at a time: each query's accumulator in registers for the block.
   PagedRows vp{vc, row.block_table, E, g_off, block_size, 0, 0};
@@ -488,14 +488,7 @@ void attend_range_generic(const float* qv, float scale, const float* kc, const f
   // The sum in 8 lanes over a -inf-padded multiple of 8, as attend_range does (same reason).
   const int len8 = (len + 7) & ~7;
   for (int c = len; c < len8; c++) score[c] = -INFINITY;
-  const __m256 mv = _mm256_set1_ps(mx);
-  __m256 sumv = _mm256_setzero_ps();
-  for (int c = 0; c < len8; c += 8) {
-    const __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(&score[c]), mv));
-    _mm256_storeu_ps(&score[c], p);
-    sumv = _mm256_add_ps(sumv, p);
-  }
-  const float sum = hsum256(sumv);
+  const float sum = exp_in_place_sum(score, len8, mx);
   VisibleRows values{{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int cc = 0; cc < len; cc++) {
     const float* vv = values.next();
