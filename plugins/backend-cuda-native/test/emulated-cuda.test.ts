@@ -1,8 +1,8 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
 // attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk, the
-// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV, SIMT and tensor-core
-// kernels), run on this CPU by the emulator and checked against the scalar reference by the
-// self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
+// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV, SIMT, tensor-core and
+// prefill kernels), run on this CPU by the emulator and checked against the scalar reference by
+// the self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
 // session spends minutes on them.
 import t from 'tap'
 import { buildTestProgram, run } from './test-program.ts'
@@ -25,11 +25,11 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   t.ok(Number(coverage?.[2]) > 0, `the split-KV path ran (${coverage?.[0]})`)
   t.ok(Number(coverage?.[2]) < Number(coverage?.[1]), 'and the single-item path too')
   const matmul =
-    /emulated matmul: (\d+) gemv jobs \((\d+) calls of several in one launch\), (\d+) simt jobs, (\d+) tensor-core jobs \((\d+) with split K\)/.exec(
+    /emulated matmul: (\d+) gemv jobs \((\d+) calls of several in one launch\), (\d+) simt jobs, (\d+) tensor-core jobs \((\d+) with split K\), (\d+) prefill jobs/.exec(
       result.output,
     )
-  const ran = [1, 3, 4].every((i) => Number(matmul?.[i]) > 0)
-  t.ok(ran, `all three emulated matmul kernels ran (${matmul?.[0]})`)
+  const ran = [1, 3, 4, 6].every((i) => Number(matmul?.[i]) > 0)
+  t.ok(ran, `all four emulated matmul kernels ran (${matmul?.[0]})`)
   t.ok(Number(matmul?.[2]) > 0, 'and the GEMV with several jobs in one launch')
   const split = Number(matmul?.[5])
   t.ok(split > 0 && split < Number(matmul?.[4]), 'and the tensor-core GEMM both with K split and whole')

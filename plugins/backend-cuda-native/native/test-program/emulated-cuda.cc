@@ -14,9 +14,10 @@
 //    cache and KV-dtype cases;
 //  - lora_shrink, lora_expand, lora_apply (cuda/lora-kernels.cuh, the device's launch plans): the
 //    LoRA cases;
-//  - matmul's three kernels (cuda/matmul-kernels.cuh), chosen per job as the device chooses: the
-//    matmul cases. The tensor-core GEMM runs with the emulated mma.sync (fragments by the PTX
-//    ISA's layout) and cp.async (a plain copy).
+//  - matmul's four kernels (cuda/matmul-kernels.cuh, cuda/prefill-gemm-kernels.cuh), chosen per
+//    job as the device chooses: the matmul cases. The tensor-core GEMMs run with the emulated
+//    mma.sync and ldmatrix (fragments by the PTX ISA's layouts) and cp.async (copies that land at
+//    the issuing thread's wait: cuda/tensor-core.cuh).
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -159,7 +160,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
-           " with split K)\n";
+           " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -266,24 +267,32 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     if (T <= 0) return;
-    auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, auto... args) {
-      simt::launch(simt::dim3(gx, gy, gz), simt::dim3(unsigned(threads)), 0, [&] { kernel(args...); });
+    auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
+      simt::launch(simt::dim3(gx, gy, gz), simt::dim3(unsigned(threads)), smem, [&] { kernel(args...); });
     };
     // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
-    // else as one SM (never split), so both forms of the GEMM are checked.
+    // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
+    // GEMM), so every form of the GEMMs is checked.
     const int sms = (matmul_calls_++ % 2) ? 132 : 1;
-    if (gemv_fusable(jobs, njobs, T)) {  // as the cuda device: one launch for the call
+    if (gemv_fusable(jobs, njobs, T, sms)) {  // as the cuda device: one launch for the call
       launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
       return;
+    }
+    const int64_t cols = prefill_x_cols(jobs, njobs, T, sms);
+    if (cols > 0) {  // as the cuda device: x rounded once for the call's prefill jobs
+      prefill_x_.resize(size_t(cols * T));
+      launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
       const int64_t need = tc_split_floats(jobs[i], T, sms);
       if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
       if (need > 0) split_jobs_++;
-      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, split_partials_.data(),
-                                int64_t(split_partials_.size()), launch)) {
+      const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
+                                  cols > 0 ? prefill_x_.data() : nullptr, cols};
+      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, scratch, launch)) {
+        case MatmulPath::kPrefill: prefill_jobs_++; break;
         case MatmulPath::kTensorCore: tensor_core_jobs_++; break;
         case MatmulPath::kGemv: gemv_jobs_++; break;
         case MatmulPath::kSimt: simt_jobs_++; break;
@@ -358,7 +367,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<float> partials_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
+  int64_t prefill_jobs_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
+  std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x
 };
 
 }  // namespace

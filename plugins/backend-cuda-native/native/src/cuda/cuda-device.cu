@@ -119,6 +119,7 @@ CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(stream_);
   if (attn_partials_) cudaFree(attn_partials_);
   if (split_partials_) cudaFree(split_partials_);
+  if (prefill_x_) cudaFree(prefill_x_);
   for (auto& r : staged_) cudaEventDestroy(r.done);
   for (auto e : free_events_) cudaEventDestroy(e);
   if (stage_host_) cudaFreeHost(stage_host_);

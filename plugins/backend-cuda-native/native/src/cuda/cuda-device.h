@@ -116,6 +116,9 @@ class CudaDevice final : public Device {
   // Split-K matmul partials (device, grown on demand, released with the device).
   float* split_partials_ = nullptr;
   int64_t split_partials_floats_ = 0;
+  // The prefill GEMM's x rounded to bf16 (device, grown on demand, released with the device).
+  uint16_t* prefill_x_ = nullptr;
+  int64_t prefill_x_halves_ = 0;
 };
 
 // Threads per block for the simple one-dimensional kernels.

@@ -1,14 +1,17 @@
 // The kernels of the cuda device's dense projections (matmul.cu has the design and the launches):
-// the GEMV, the tensor-core GEMM and the SIMT tiles, and the choice of kernel per job. A header so
-// that the test program's SIMT emulator runs the same kernels with the same choices
-// (cuda/simt-compat.cuh); the tensor-core helpers (mma.sync, cp.async) have an emulated form.
+// the GEMV, the tensor-core GEMM and the SIMT tiles, and the choice of kernel per job (the prefill
+// GEMM among them: prefill-gemm-kernels.cuh). A header so that the test program's SIMT emulator
+// runs the same kernels with the same choices (cuda/simt-compat.cuh); the tensor-core helpers
+// (mma.sync, ldmatrix, cp.async: tensor-core.cuh) have an emulated form.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/prefill-gemm-kernels.cuh"
 #include "cuda/simt-compat.cuh"
+#include "cuda/tensor-core.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
 
@@ -20,11 +23,13 @@ constexpr int kGemmThreads = 128;                      // 4 warps, 2 (tokens) x 
 constexpr int kSimtTile = 64, kSimtK = 16;
 constexpr int kSimtThreads = 256;
 
-// Which kernel computes a job of T tokens: the tensor-core GEMM (T >= 16, 16-bit weights), the
-// GEMV (T < 16) — both need whole 16-byte words per weight row — else the SIMT tiles.
-enum class MatmulPath { kTensorCore, kGemv, kSimt };
-inline MatmulPath matmul_path(const MatmulJob& j, int64_t T) {
+// Which kernel computes a job of T tokens on a GPU of `sms` SMs: the prefill GEMM (bf16 weights,
+// a compute-bound step: prefill_gemm_fits), the tensor-core GEMM (T >= 16, 16-bit weights), the
+// GEMV (T < 16) — all need whole 16-byte words per weight row — else the SIMT tiles.
+enum class MatmulPath { kPrefill, kTensorCore, kGemv, kSimt };
+inline MatmulPath matmul_path(const MatmulJob& j, int64_t T, int sms) {
   const bool vec = j.w.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(j.w.data) & 15) == 0;
+  if (vec && j.w.dtype == DType::BF16 && prefill_gemm_fits(T, j.w.rows, sms)) return MatmulPath::kPrefill;
   if (vec && T >= 16 && j.w.dtype != DType::F32) return MatmulPath::kTensorCore;
   if (vec && T < 16) return MatmulPath::kGemv;
   return MatmulPath::kSimt;
@@ -61,7 +66,7 @@ inline TcSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
 }
 // Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split).
 inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms) {
-  if (matmul_path(j, T) != MatmulPath::kTensorCore) return 0;
+  if (matmul_path(j, T, sms) != MatmulPath::kTensorCore) return 0;
   const TcSplit s = tc_split(T, j.w.rows, j.w.cols, sms);
   return s.slices > 1 ? s.slices * T * j.w.rows : 0;
 }
@@ -187,113 +192,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
 }
 
 // ---------------------------------------------------------------- tensor-core GEMM (T >= 16)
-
-#if defined(LOOM_SIMT_EMULATION)
-// The emulated build's forms of the tensor-core helpers (the test program's SIMT emulator): x
-// split with kernels/dtype.h's roundings, cp.async as a plain copy (its wait is then trivially
-// satisfied), and mma.sync as the warp-collective product it is: every lane's fragments are
-// gathered, A [16, 16] and B [16, 8] rebuilt by the PTX ISA's fragment layout for
-// .m16n8k16 .f16/.bf16 (groupID = lane >> 2, threadID_in_group = lane % 4; A: row groupID for
-// a0, a1, a4, a5, else groupID + 8, col threadID_in_group * 2 + (i & 1), + 8 for a4..a7; B: row
-// threadID_in_group * 2 + (i & 1), + 8 for b2, b3, col groupID; C/D: row groupID for c0, c1, else
-// groupID + 8, col threadID_in_group * 2 + (i & 1)), and this lane's four outputs computed.
-template <DType DT>
-inline void split_x(float v, uint16_t* hi, uint16_t* lo) {
-  if constexpr (DT == DType::BF16) {
-    *hi = f32_to_bf16(v);
-    *lo = f32_to_bf16(v - bf16_to_f32(*hi));
-  } else {
-    *hi = f32_to_f16(v);
-    *lo = f32_to_f16(v - f16_to_f32(*hi));
-  }
-}
-
-template <DType DT>
-inline float mma_element(uint32_t reg, int high) {
-  const uint16_t h = uint16_t(high ? reg >> 16 : reg & 0xffffu);
-  return DT == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
-template <DType DT>
-inline void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  struct Fragments {
-    uint32_t a[4], b[2];
-  };
-  const Fragments mine{{a[0], a[1], a[2], a[3]}, {b0, b1}};
-  Fragments all[32];
-  simt::warp_exchange(&mine, sizeof(Fragments), all);
-  float A[16][16], B[16][8];
-  for (int l = 0; l < 32; l++) {
-    const int g = l >> 2, tig = l & 3;
-    for (int i = 0; i < 8; i++) {
-      const int row = (i < 2 || (i >= 4 && i < 6)) ? g : g + 8;
-      const int col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
-      A[row][col] = mma_element<DT>(all[l].a[i >> 1], i & 1);
-    }
-    for (int i = 0; i < 4; i++) B[tig * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = mma_element<DT>(all[l].b[i >> 1], i & 1);
-  }
-  const int lane = simt::current().linear % 32, g = lane >> 2, tig = lane & 3;
-  for (int i = 0; i < 4; i++) {
-    const int row = i < 2 ? g : g + 8, col = tig * 2 + (i & 1);
-    float s = c[i];
-    for (int k = 0; k < 16; k++) s = fmaf(A[row][k], B[k][col], s);
-    c[i] = s;
-  }
-}
-
-inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  if (src_bytes == 16)
-    std::memcpy(smem, gmem, 16);
-  else
-    std::memset(smem, 0, 16);
-}
-inline void cp_async_commit() {}
-template <int N>
-inline void cp_async_wait() {}
-#else
-template <DType DT>
-__device__ __forceinline__ void split_x(float v, uint16_t* hi, uint16_t* lo) {
-  if constexpr (DT == DType::BF16) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    const __nv_bfloat16 l = __float2bfloat16_rn(v - __bfloat162float(h));
-    *hi = __bfloat16_as_ushort(h);
-    *lo = __bfloat16_as_ushort(l);
-  } else {
-    const __half h = __float2half_rn(v);
-    const __half l = __float2half_rn(v - __half2float(h));
-    *hi = __half_as_ushort(h);
-    *lo = __half_as_ushort(l);
-  }
-}
-
-template <DType DT>
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  if constexpr (DT == DType::BF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// 16 bytes global -> shared without registers; src_bytes 0 fills zeros (rows or k past the end).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-// "memory": the compiler must not move shared-memory accesses across these (today a __syncthreads
-// beside each also stops it, but that is the kernel's layout, not these helpers' contract).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-#endif
 
 // Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
 //   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/64), ceil(T/64), slices), block 128.
@@ -511,51 +409,78 @@ void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, 
     g.block_end[i] = blocks;
   }
   dispatch_gemv(jobs[0].w.dtype, T, [&](auto kernel, int) {
-    launch(kernel, unsigned(blocks), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, x, T, ldx, g,
+    launch(kernel, unsigned(blocks), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, size_t(0), x, T, ldx, g,
            jobs[0].w.cols, accumulate);
   });
 }
 
 // Whether jobs[0, n) can share one GEMV launch: 2..kGemvMaxJobs jobs, all on the GEMV path, with
 // one dtype and K, every one with rows.
-inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T) {
+inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T, int sms) {
   if (n < 2 || n > kGemvMaxJobs) return false;
   for (int i = 0; i < n; i++)
-    if (matmul_path(jobs[i], T) != MatmulPath::kGemv || jobs[i].w.rows <= 0 || jobs[i].w.dtype != jobs[0].w.dtype ||
-        jobs[i].w.cols != jobs[0].w.cols)
+    if (matmul_path(jobs[i], T, sms) != MatmulPath::kGemv || jobs[i].w.rows <= 0 ||
+        jobs[i].w.dtype != jobs[0].w.dtype || jobs[i].w.cols != jobs[0].w.cols)
       return false;
   return true;
 }
 
+// The columns of x the call's prefill jobs read (the widest K among them; 0: none takes that
+// path): the caller rounds x [T, that] to bf16 once for all of them (launch_round_x).
+inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) {
+  int64_t cols = 0;
+  for (int i = 0; i < n; i++)
+    if (jobs[i].w.rows > 0 && matmul_path(jobs[i], T, sms) == MatmulPath::kPrefill && jobs[i].w.cols > cols)
+      cols = jobs[i].w.cols;
+  return cols;
+}
+
+// What a call's jobs share on the device: split-K's workspace `part` of `part_floats` floats (at
+// least tc_split_floats(j, T, sms) for a job to be split), and x rounded to bf16 for the prefill
+// GEMM, `xb` [T, ldxb] (null: prefill jobs run on the tensor-core GEMM instead).
+struct MatmulScratch {
+  float* part;
+  int64_t part_floats;
+  const uint16_t* xb;
+  int64_t ldxb;
+};
+
 // Launches the kernel(s) that compute job `j` (matmul_path's choice) through
-// `launch(kernel, grid_x, grid_y, grid_z, threads, args...)`, which each build supplies: a launch
-// on the device's stream, or the emulator's. `sms` sizes split-K (tc_splits); `part` is its
-// workspace of `part_floats` floats (at least tc_split_floats(j, T, sms), else the job is not
-// split). Jobs without rows launch nothing. Returns the path taken.
+// `launch(kernel, grid_x, grid_y, grid_z, threads, dynamic_smem_bytes, args...)`, which each build
+// supplies: a launch on the device's stream, or the emulator's. `sms` picks the path and sizes
+// split-K (tc_splits); `scratch` is the call's (see MatmulScratch). Jobs without rows launch
+// nothing. Returns the path taken.
 template <typename Launch>
 MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate, int sms,
-                             float* part, int64_t part_floats, Launch&& launch) {
+                             const MatmulScratch& scratch, Launch&& launch) {
   const int64_t N = j.w.rows, K = j.w.cols;
-  const MatmulPath path = matmul_path(j, T);
+  MatmulPath path = matmul_path(j, T, sms);
+  if (path == MatmulPath::kPrefill && scratch.xb == nullptr) path = MatmulPath::kTensorCore;
   if (N <= 0) return path;
   switch (path) {
+    case MatmulPath::kPrefill:
+      launch(gemm_prefill_kernel, unsigned((N + kPfBN - 1) / kPfBN), unsigned((T + kPfBM - 1) / kPfBM), 1u,
+             kPfThreads, kPfSmemBytes, scratch.xb, T, scratch.ldxb, static_cast<const uint16_t*>(j.w.data), N, K,
+             j.bias, j.y, j.ldy, accumulate);
+      break;
     case MatmulPath::kTensorCore: {
       const unsigned gx = unsigned((N + kBN - 1) / kBN), gy = unsigned((T + kBM - 1) / kBM);
       const auto* w = static_cast<const uint16_t*>(j.w.data);
       const TcSplit plan = tc_split(T, N, K, sms);
-      const bool split = plan.slices > 1 && part != nullptr && part_floats >= plan.slices * T * N;
+      float* part = scratch.part;
+      const bool split = plan.slices > 1 && part != nullptr && scratch.part_floats >= plan.slices * T * N;
       const int64_t chunk = split ? plan.chunk : (K > 0 ? K : 1);  // unsplit: one slice of all K
       const unsigned gz = split ? unsigned(plan.slices) : 1u;
       float* out = split ? part : nullptr;
       if (j.w.dtype == DType::BF16)
-        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-               accumulate, chunk, out);
+        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, size_t(0), x, T, ldx, w, N, K, j.bias, j.y,
+               j.ldy, accumulate, chunk, out);
       else
-        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, x, T, ldx, w, N, K, j.bias, j.y, j.ldy,
-               accumulate, chunk, out);
+        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, size_t(0), x, T, ldx, w, N, K, j.bias, j.y,
+               j.ldy, accumulate, chunk, out);
       if (split)
-        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, static_cast<const float*>(part),
-               int(gz), T, N, j.bias, j.y, j.ldy, accumulate);
+        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
+               static_cast<const float*>(part), int(gz), T, N, j.bias, j.y, j.ldy, accumulate);
       break;
     }
     case MatmulPath::kGemv:
@@ -563,7 +488,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       break;
     case MatmulPath::kSimt:
       launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),
-             1u, kSimtThreads, x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate);
+             1u, kSimtThreads, size_t(0), x, T, ldx, j.w.data, j.w.dtype, N, K, j.bias, j.y, j.ldy, accumulate);
       break;
   }
   return path;

@@ -1,6 +1,9 @@
 // Dense projections of the cuda device: y[t, n] (+)= bias[n] + Σ_k x[t, k] * W[n, k], x f32
-// activations, W in its stored dtype. Three kernels, chosen per job by shape:
+// activations, W in its stored dtype. Four kernels, chosen per job by shape:
 //
+//  - prefill GEMM (bf16 weights, T >= 64 with tiles for at least half the SMs: a prompt's
+//    compute-bound step): x rounded to bf16 once per call, then 128x128 tiles of mma.sync fed by
+//    ldmatrix from a 4-stage cp.async pipeline (prefill-gemm-kernels.cuh has the design).
 //  - gemv (T < 16, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
 //    8 of them in flight per lane before the first FMA, and dots them with up to 8 tokens of x
 //    read through L1 (no shared-memory staging, no barriers), so every weight byte is read once
@@ -16,7 +19,7 @@
 //    When a step's few rows give fewer tiles than SMs (decode batches of 16-64), K is split over
 //    the grid's z and the slices' partials are added in order by a second kernel.
 //  - SIMT tiles (f32 weights with T >= 16, or shapes the vector paths cannot take).
-// The kernels and the choice between the three: matmul-kernels.cuh.
+// The kernels and the choice between them: matmul-kernels.cuh.
 #include "cuda/cuda-device.h"
 #include "cuda/dtype-cuda.cuh"
 #include "cuda/matmul-kernels.cuh"
@@ -27,25 +30,36 @@ namespace loom {
 
 void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0) return;
-  // Split-K's workspace: grown on demand (stream-ordered release, as attention's partials), and
-  // shared by the jobs, which run one after another on the stream.
+  auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
+    // Above the default 48 KB a kernel must opt in to more dynamic shared memory (the prefill GEMM).
+    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    kernel<<<dim3(gx, gy, gz), threads, smem, stream_>>>(args...);
+  };
+  if (gemv_fusable(jobs, njobs, T, sm_count_)) {
+    launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
+    check(cudaGetLastError(), "matmul launch");
+    return;
+  }
+  // Split-K's workspace and the prefill GEMM's bf16 x: grown on demand (stream-ordered release,
+  // as attention's partials), and shared by the jobs, which run one after another on the stream.
+  // A failed allocation leaves the jobs unsplit, or on the tensor-core GEMM.
   int64_t need = 0;
   for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_));
   if (need > split_partials_floats_) {
     release(split_partials_);
     split_partials_ = static_cast<float*>(alloc(need * int64_t(sizeof(float))));
-    split_partials_floats_ = split_partials_ ? need : 0;  // on failure jobs run unsplit
+    split_partials_floats_ = split_partials_ ? need : 0;
   }
-  auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, auto... args) {
-    kernel<<<dim3(gx, gy, gz), threads, 0, stream_>>>(args...);
-  };
-  if (gemv_fusable(jobs, njobs, T)) {
-    launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
-    check(cudaGetLastError(), "matmul launch");
-    return;
+  const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_);
+  if (cols * T > prefill_x_halves_) {
+    release(prefill_x_);
+    prefill_x_ = static_cast<uint16_t*>(alloc(cols * T * int64_t(sizeof(uint16_t))));
+    prefill_x_halves_ = prefill_x_ ? cols * T : 0;
   }
+  const MatmulScratch scratch{split_partials_, split_partials_floats_, cols > 0 ? prefill_x_ : nullptr, cols};
+  if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, prefill_x_, cols, launch);
   for (int i = 0; i < njobs; i++) {
-    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, split_partials_, split_partials_floats_, launch);
+    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, scratch, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
   }
 }
