@@ -11,13 +11,32 @@ export interface DrafterChoiceOptions {
    * Thue-Morse order: see `choose`).
    */
   readonly warmup: number
-  /** Once a drafter is preferred, every `exploreEvery`-th admission of the key tries the other. */
+  /**
+   * Once a drafter is preferred, the key tries the other after this many admissions; each try
+   * that leaves the preference as it was doubles the stretch (up to `maxExploreEvery`), and a
+   * change of preference starts it again from here.
+   */
   readonly exploreEvery: number
+  /** The longest stretch of admissions between tries of the other drafter. */
+  readonly maxExploreEvery: number
+  /**
+   * The warm-up ends early once both drafters have 2 finished requests and one is this many
+   * times as fast as the other: a clear difference needs no more evidence, and every warm-up
+   * request spent on the slow drafter costs its whole difference.
+   */
+  readonly decisive: number
   /** Weight of older requests in a drafter's speed (0-1): lower forgets faster. */
   readonly decay: number
 }
 
-export const DEFAULT_DRAFTER_CHOICE: DrafterChoiceOptions = { maxKeys: 256, warmup: 4, exploreEvery: 8, decay: 0.8 }
+export const DEFAULT_DRAFTER_CHOICE: DrafterChoiceOptions = {
+  maxKeys: 256,
+  warmup: 4,
+  exploreEvery: 8,
+  maxExploreEvery: 64,
+  decisive: 1.2,
+  decay: 0.8,
+}
 
 /** What one drafter delivered for a key: decayed sums of decode tokens and their milliseconds. */
 interface Arm {
@@ -31,6 +50,10 @@ interface KeyState {
   readonly medusa: Arm
   readonly lookup: Arm
   admissions: number
+  /** The admission that next tries the other drafter (-1: still warming up). */
+  nextTry: number
+  /** Admissions between tries of the other drafter (see `exploreEvery`). */
+  stretch: number
 }
 
 /**
@@ -49,16 +72,23 @@ interface KeyState {
  * How: the first 2 x `warmup` admissions try both drafters in Thue-Morse order (heads, lookup,
  * lookup, heads, lookup, heads, heads, lookup): traffic that cycles through 2 or 4 prompts (or
  * alternates two kinds of request) gives each drafter the same prompts, where plain alternation
- * would judge heads on the odd ones and lookup on the even ones. Then the faster one is used,
- * and every `exploreEvery`-th admission tries the other, so a key whose traffic changes can
- * switch. Speeds are ratios of decayed sums, so a few slow requests move them only partly.
+ * would judge heads on the odd ones and lookup on the even ones. The warm-up ends early when one
+ * drafter is clearly faster (`decisive`). Then the faster one is used, and the other is tried
+ * after `exploreEvery` admissions, so a key whose traffic changes can switch; each try that
+ * confirms the choice doubles the stretch to the next (up to `maxExploreEvery`), so a settled key
+ * spends ever fewer requests on its slower drafter. Speeds are ratios of decayed sums, so a few
+ * slow requests move them only partly.
  */
 export class DrafterChoice {
   private readonly keys = new Map<string, KeyState>()
 
   constructor(private readonly options: DrafterChoiceOptions = DEFAULT_DRAFTER_CHOICE) {
-    if (!(options.maxKeys >= 1 && options.warmup >= 0 && options.exploreEvery >= 2))
-      throw new RangeError('drafter choice: maxKeys >= 1, warmup >= 0 and exploreEvery >= 2 are required')
+    const { maxKeys, warmup, exploreEvery, maxExploreEvery } = options
+    if (!(maxKeys >= 1 && warmup >= 0 && exploreEvery >= 2 && maxExploreEvery >= exploreEvery))
+      throw new RangeError(
+        'drafter choice: maxKeys >= 1, warmup >= 0, exploreEvery >= 2 and maxExploreEvery >= exploreEvery are required',
+      )
+    if (!(options.decisive >= 1)) throw new RangeError('drafter choice: decisive must be at least 1')
     if (!(options.decay > 0 && options.decay <= 1)) throw new RangeError('drafter choice: decay must be in (0, 1]')
   }
 
@@ -66,10 +96,14 @@ export class DrafterChoice {
   choose(key: string): ChosenDrafter {
     const state = this.state(key)
     const n = state.admissions++
-    if (n < 2 * this.options.warmup) return thueMorse(n) ? 'prompt-lookup' : 'medusa'
+    if (state.nextTry < 0) {
+      if (n < 2 * this.options.warmup && !this.decisive(state)) return thueMorse(n) ? 'prompt-lookup' : 'medusa'
+      state.nextTry = n + state.stretch
+    }
     const best = this.preferred(state)
-    const other: ChosenDrafter = best === 'medusa' ? 'prompt-lookup' : 'medusa'
-    return state.admissions % this.options.exploreEvery === 0 ? other : best
+    if (n < state.nextTry) return best
+    state.nextTry = n + state.stretch
+    return best === 'medusa' ? 'prompt-lookup' : 'medusa'
   }
 
   /**
@@ -80,10 +114,21 @@ export class DrafterChoice {
     if (!(tokens >= 2 && ms > 0)) return
     const state = this.keys.get(key)
     if (state === undefined) return // forgotten meanwhile: its next admissions start over
+    const before = this.preferred(state)
     const arm = drafter === 'medusa' ? state.medusa : state.lookup
     arm.tokens = arm.tokens * this.options.decay + tokens
     arm.ms = arm.ms * this.options.decay + ms
     arm.finished++
+    if (state.nextTry < 0) return // warming up: no stretch yet
+    const after = this.preferred(state)
+    // A changed preference is looked at again soon; a try of the other drafter that left it as it
+    // was makes the next try wait twice as long.
+    if (after !== before) {
+      state.stretch = this.options.exploreEvery
+      state.nextTry = Math.min(state.nextTry, state.admissions + state.stretch)
+    } else if (drafter !== after) {
+      state.stretch = Math.min(this.options.maxExploreEvery, 2 * state.stretch)
+    }
   }
 
   /** The faster drafter of a key so far (heads until both have finished requests), for tests and logs. */
@@ -99,6 +144,14 @@ export class DrafterChoice {
     return { medusa: speed(state.medusa), lookup: speed(state.lookup) }
   }
 
+  /** Whether the warm-up has seen enough: 2 finished requests each, one drafter `decisive` times as fast. */
+  private decisive(state: KeyState): boolean {
+    if (state.medusa.finished < 2 || state.lookup.finished < 2) return false
+    const heads = speed(state.medusa)
+    const lookup = speed(state.lookup)
+    return Math.max(heads, lookup) >= this.options.decisive * Math.min(heads, lookup)
+  }
+
   private preferred(state: KeyState): ChosenDrafter {
     if (state.medusa.finished === 0 || state.lookup.finished === 0) return 'medusa'
     return speed(state.lookup) > speed(state.medusa) ? 'prompt-lookup' : 'medusa'
@@ -109,7 +162,7 @@ export class DrafterChoice {
     if (state !== undefined) {
       this.keys.delete(key) // re-inserted last: the map's order is least recently used first
     } else {
-      state = { medusa: emptyArm(), lookup: emptyArm(), admissions: 0 }
+      state = { medusa: emptyArm(), lookup: emptyArm(), admissions: 0, nextTry: -1, stretch: this.options.exploreEvery }
       if (this.keys.size >= this.options.maxKeys) this.keys.delete(this.keys.keys().next().value!)
     }
     this.keys.set(key, state)
