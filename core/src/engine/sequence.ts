@@ -56,6 +56,11 @@ export class Sequence {
   /** The policy key its last planned tree was chosen under (`draftKey` of its draft); verification records there. */
   treeKey = ''
   /**
+   * Its prompt-lookup policy keys by match length (`lookupKey(policyKey, n)` at index n), built
+   * as asked: a lookup row's plan asks each length's key on every step.
+   */
+  readonly lookupKeys: string[] = []
+  /**
    * Cache moves that compact the branch accepted last step (`from[i]` → `to[i]`), sent as a
    * `KvCopy` with the sequence's next row; null when there is nothing to move.
    */

@@ -72,6 +72,20 @@ t.test('a bucket measured cold is corrected by its first warm samples', async (t
   t.ok(model.cost(4) < 0.75, `one slow outlier moves the mean a little (${model.cost(4).toFixed(3)})`)
 })
 
+t.test('a sample past the cap counts as the cap', async (t) => {
+  const capped = new StepCostModel()
+  const free = new StepCostModel()
+  feed(capped, 4, 0.5, 20)
+  feed(free, 4, 0.5, 20)
+  capped.record(4, 50, 3) // a preempted step, 100× slow
+  free.record(4, 50)
+  // Counted as 1.5 ms: the forgetting mean of ~13 samples at 0.5 moves to (0.95·12.83·0.5 + 1.5) / 13.19.
+  t.ok(Math.abs(capped.cost(4) - 0.5758) < 0.001, `counted as 3× the mean: ${capped.cost(4).toFixed(4)} ms`)
+  t.ok(free.cost(4) > 2, `uncapped, it drags the bucket (${free.cost(4).toFixed(3)} ms)`)
+  capped.record(8, 50, 3)
+  t.ok(capped.cost(8) > 2, 'the first sample of a bucket has no mean to cap it by')
+})
+
 t.test('nonsense samples are ignored', async (t) => {
   const model = new StepCostModel()
   model.record(0, 1)

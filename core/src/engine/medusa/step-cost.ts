@@ -94,8 +94,11 @@ export class StepCostModel {
   /** Costs asked since the last sample, by work (a step's plan asks the same few works many times). */
   private readonly memo = new Map<number, number>()
 
-  /** One decode step of `work` took `ms` milliseconds. */
-  record(work: number, ms: number): void {
+  /**
+   * One decode step of `work` took `ms` milliseconds; counted as at most `capRatio` times its
+   * bucket's mean (a step the OS preempted would otherwise drag its bucket for a few steps).
+   */
+  record(work: number, ms: number, capRatio = Infinity): void {
     if (!(ms >= 0) || !(work > 0)) return
     const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
     let at = 0
@@ -106,6 +109,7 @@ export class StepCostModel {
       this.buckets.splice(at, 0, bucket)
     }
     const mean = bucket.ms / bucket.n
+    if (bucket.n > 0) ms = Math.min(ms, capRatio * mean)
     const decay = !(bucket.n > 0) || ms < RESET_SHARE * mean ? 0 : DECAY
     bucket.at = ++this.steps
     bucket.n = bucket.n * decay + 1
@@ -236,12 +240,15 @@ export class StepCosts {
     tree: new StepCostModel(),
   }))
 
-  /** One decode step of `rows` rows and `work` took `ms` milliseconds; `tree`: it verified at least one tree. */
-  record(work: number, ms: number, tree: boolean, rows: number): void {
-    this.all.record(work, ms)
+  /**
+   * One decode step of `rows` rows and `work` took `ms` milliseconds; `tree`: it verified at least
+   * one tree. Each model counts it as at most `capRatio` times the mean of its bucket there.
+   */
+  record(work: number, ms: number, tree: boolean, rows: number, capRatio = Infinity): void {
+    this.all.record(work, ms, capRatio)
     const c = this.classes[rowClass(rows)]!
-    c.both.record(work, ms)
-    ;(tree ? c.tree : c.plain).record(work, ms)
+    c.both.record(work, ms, capRatio)
+    ;(tree ? c.tree : c.plain).record(work, ms, capRatio)
   }
 
   /** Whether costs can be told apart by work (see `StepCostModel.ready`). */

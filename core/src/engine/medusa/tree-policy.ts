@@ -72,6 +72,22 @@ export function draftKey(policyKey: string, draft: Draft): string {
   return draft.match > 0 ? lookupKey(policyKey, draft.match) : policyKey
 }
 
+/** `draftKey` of a sequence's draft, from the sequence's own keys (built once per match length). */
+export function sequenceDraftKey(
+  seq: { readonly policyKey: string; readonly lookupKeys: string[] },
+  draft: Draft,
+): string {
+  return draft.match > 0 ? sequenceLookupKey(seq, draft.match) : seq.policyKey
+}
+
+/** `lookupKey(seq.policyKey, n)`, kept in `seq.lookupKeys`. */
+export function sequenceLookupKey(
+  seq: { readonly policyKey: string; readonly lookupKeys: string[] },
+  n: number,
+): string {
+  return (seq.lookupKeys[n] ??= lookupKey(seq.policyKey, n))
+}
+
 /** The policy key of prompt-lookup drafts of a sequence with key `policyKey` that follow an `n`-token match. */
 export function lookupKey(policyKey: string, n: number): string {
   return `${policyKey}|n${n}`
@@ -260,9 +276,10 @@ export class AdaptiveTreePolicy {
   recordStep(work: number, ms: number, tree = true, rows = 1): void {
     if (!(ms >= 0) || !(work > 0)) return
     if (tree) this.treeSteps++
-    // A step the OS preempted would drag its bucket for a few steps: cap it at 3× the model.
-    if (this.treeSteps > WARMUP_STEPS && this.costs.ready) ms = Math.min(ms, 3 * this.costs.cost(work, tree, rows))
-    this.costs.record(work, ms, tree, rows)
+    // A step the OS preempted would drag its bucket for a few steps: past the warm-up, it counts
+    // as at most 3× its bucket's mean. (Not 3× the fitted cost: a fit on every step, for a cap
+    // that rarely binds, was the largest part of the policy's work on a plain step.)
+    this.costs.record(work, ms, tree, rows, this.treeSteps > WARMUP_STEPS ? 3 : Infinity)
   }
 
   /**
