@@ -21,8 +21,9 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
   t.equal(result.status, 0, 'exits 0')
   t.match(result.output, /^DONE in /m)
 
+  const [table = '', breakdown = ''] = result.output.split("where a step's time goes")
   const rows = new Map<string, string[]>()
-  for (const line of result.output.split('\n')) {
+  for (const line of table.split('\n')) {
     if (!line.startsWith('| ') || line.startsWith('| figure ')) continue
     const [figure = '', ...cells] = line.slice(2, -2).split(' | ')
     rows.set(figure, cells)
@@ -63,4 +64,25 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
   const targets = [...rows.keys()].filter((k) => k.startsWith('target: '))
   t.equal(targets.length, 3, 'three ratio targets')
   for (const k of targets) t.match(rows.get(k)?.[6], /^(PASS|FAIL)$/, k)
+
+  // After the table: each op's time per step for three steps, shares adding up to the ops' sum.
+  for (const step of ['decode B=1 base, greedy', 'decode B=4 distinct adapters, sampled mix', 'prefill 1x64']) {
+    const ops = breakdown
+      .split('\n')
+      .filter((line) => line.startsWith(`| ${step} | `))
+      .map((line) => line.slice(2, -2).split(' | '))
+    const names = ops.map(([, op]) => op ?? '')
+    t.ok(
+      names.some((n) => /^matmul \d+(\+\d+)*x\d+$/.test(n)) && names.includes('attention'),
+      `${step}: matmul by shape and attention timed (${names.join(', ')})`,
+    )
+    if (step.includes('distinct')) t.ok(names.includes('lora_apply'), `${step}: the adapters' op timed`)
+    const shares = ops.map(([, , , , share]) => Number(/^([\d.]+)%$/.exec(share ?? '')?.[1]))
+    const sum = shares.reduce((a, b) => a + b, 0)
+    t.ok(Math.abs(sum - 100) < 1, `${step}: shares sum to 100% (${sum.toFixed(1)})`)
+    t.ok(
+      ops.every(([, , , time]) => seconds(time ?? '') > 0),
+      `${step}: every op has a time`,
+    )
+  }
 })

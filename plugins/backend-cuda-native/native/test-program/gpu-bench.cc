@@ -19,7 +19,10 @@
 //      Device::synchronize (LlamaModel::step downloads the sampled ids), so its wall time is the
 //      device's. Warm-up steps first, then the median of N timed steps;
 //   5. prefill: one long prompt, and several short prompts in one step, each sampling its last
-//      position greedily; tokens/s and TFLOP/s.
+//      position greedily; tokens/s and TFLOP/s;
+//   6. where the time goes: batch-1 decode, the largest batch's distinct-adapter mix and the long
+//      prefill again, each device op waited for alone and timed (op-timing-device.h), printed
+//      after the table as each op's time per step.
 // Rooflines: a decode step reads every projection and LM-head weight once, the rows' embedding
 // entries, each row's K/V of `context` + 1 positions in every layer (the device's KV dtype), and
 // each distinct adapter once; roofline time = those bytes / the best measured bandwidth. Prefill:
@@ -49,6 +52,7 @@
 #include "cpu/read-bandwidth.h"
 #include "kernels/kernels.h"
 #include "model/llama-model.h"
+#include "op-timing-device.h"
 #include "runtime/device-buffer.h"
 
 namespace loom_bench {
@@ -59,6 +63,7 @@ using loom::DType;
 using loom::ModelConfig;
 using loom::Status;
 using Clock = std::chrono::steady_clock;
+using loom_test::OpTimingDevice;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -438,7 +443,7 @@ Status run_step(loom::LlamaModel* m, StepData* d) {
 
 class Bench {
  public:
-  Bench(const BenchOptions& opt, const Shape& shape, Device* dev) : opt_(opt), s_(shape), dev_(dev) {}
+  Bench(const BenchOptions& opt, const Shape& shape, Device* dev) : opt_(opt), s_(shape), dev_(dev), timed_(dev) {}
   int run();
 
  private:
@@ -460,12 +465,16 @@ class Bench {
   Status load_model();
   void decode();
   void prefill();
+  void breakdown();
   void targets();
   void print_table();
 
   const BenchOptions& opt_;
   const Shape& s_;
   Device* dev_;
+  // The model's device: dev_, with each op timed on request (breakdown()).
+  loom_test::OpTimingDevice timed_;
+  std::string breakdown_;  // breakdown()'s lines, printed after the table
   bool cuda_ = false;
   GpuInfo gpu_;
   Peak peak_;
@@ -683,7 +692,7 @@ Status Bench::load_model() {
   ro.max_batch_tokens = std::max({s_.prefill_long, s_.prefill_rows * s_.prefill_short, bmax});
   ro.adapter_slots = bmax;
   ro.max_lora_rank = s_.rank;
-  model_ = std::make_unique<loom::LlamaModel>(dev_, c, ro);
+  model_ = std::make_unique<loom::LlamaModel>(&timed_, c, ro);
   t0 = Clock::now();
   if (st.ok()) st = model_->load({file}, table);
   const double load_s = seconds_since(t0);
@@ -789,6 +798,56 @@ void Bench::prefill() {
   }
 }
 
+// Where a step's time goes, by device op (op-timing-device.h), for batch-1 decode, the largest
+// batch with distinct adapters in the sampling mix, and the long prefill: each op waited for
+// alone, totals per step over a few steps after a warm-up one. Lines for after the table.
+void Bench::breakdown() {
+  const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs, bmax = s_.batches.back();
+  struct Case {
+    std::string name;
+    int rows, n, cache_len, blocks_per_row, steps;
+    Adapters adapters;
+    bool mix;
+  };
+  const Case cases[] = {
+      {"decode B=1 base, greedy", 1, 1, s_.context, blocks_per_row, 3, Adapters::kBase, false},
+      {"decode B=" + std::to_string(bmax) + " distinct adapters, sampled mix", bmax, 1, s_.context, blocks_per_row, 3,
+       Adapters::kDistinct, true},
+      {"prefill 1x" + std::to_string(s_.prefill_long), 1, s_.prefill_long, 0, (s_.prefill_long + bs - 1) / bs, 1,
+       Adapters::kBase, false},
+  };
+  const double overhead = timed_.sync_overhead();
+  std::string out = "where a step's time goes, by device op (each op waited for alone, so every call also holds one "
+                    "wait's round trip, " + fmt_time(overhead) + " idle; nothing overlaps):\n";
+  out += "| step | op | calls per step | time per step | share of the ops' sum |\n|---|---|---:|---:|---:|\n";
+  for (const Case& c : cases) {
+    if (budget_.over()) {
+      out += "| " + c.name + " | skipped: past the --bench-seconds budget | | | |\n";
+      continue;
+    }
+    StepData d;
+    build_step(s_, c.rows, c.n, c.cache_len, c.blocks_per_row, c.adapters, c.mix, opt_.seed + 99, &d);
+    Status st = run_step(model_.get(), &d);  // warm-up, untimed
+    timed_.start();
+    for (int i = 0; i < c.steps && st.ok(); i++) st = run_step(model_.get(), &d);
+    timed_.stop();
+    if (!st.ok()) {
+      failed_row("breakdown " + c.name, st.code + ": " + st.message);
+      continue;
+    }
+    std::vector<std::pair<std::string, OpTimingDevice::OpTotal>> ops(timed_.totals().begin(), timed_.totals().end());
+    std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    double sum = 0;
+    for (const auto& op : ops) sum += op.second.seconds;
+    progress("breakdown " + c.name + ": " + fmt_time(sum / c.steps) + " of ops per step, " +
+             (ops.empty() ? std::string("none") : ops[0].first + " the largest"));
+    for (const auto& op : ops)
+      out += "| " + c.name + " | " + op.first + " | " + fmt("%.1f", double(op.second.calls) / c.steps) + " | " +
+             fmt_time(op.second.seconds / c.steps) + " | " + fmt("%.1f%%", 100 * op.second.seconds / sum) + " |\n";
+  }
+  breakdown_ = out;
+}
+
 // The issue's ratio targets, from the rows above (batch 32 and 64 stand for the middle and largest
 // batch of another shape).
 void Bench::targets() {
@@ -869,6 +928,7 @@ int Bench::run() {
     // runs out takes decode rows (several per target) rather than it.
     prefill();
     decode();
+    breakdown();
   }
   model_.reset();  // returns its memory to the pool (kept reserved there): the probe still fits beside it
   measure_bandwidth("after");
@@ -884,6 +944,7 @@ int Bench::run() {
   }
   targets();
   print_table();
+  if (!breakdown_.empty()) std::printf("\n%s", breakdown_.c_str());
   if (!load_note_.empty()) std::printf("\nload: %s\n", load_note_.c_str());
   if (!s_.issue_shape) std::printf("(shape %s: the µs and %% of peak targets are for llama3-8b only)\n", s_.name.c_str());
   std::printf("%s in %.1f s\n", failed_ ? "FAILED (a row could not be measured)" : "DONE", seconds_since(started_));
