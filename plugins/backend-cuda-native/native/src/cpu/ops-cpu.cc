@@ -281,6 +281,16 @@ inline float exp_in_place_sum(float* s, int n8, float mx) {
   return hsum256(sumv);
 }
 
+// a += p · vr [8·NV]: one value row into a query's register accumulators (a zero weight, a key
+// the softmax underflowed, adds nothing and is skipped).
+template <int NV>
+inline void add_weighted_row(__m256* a, float p, const float* vr) {
+  if (p == 0.0f) return;
+  const __m256 pv = _mm256_set1_ps(p);
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; v++) a[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * v), a[v]);
+}
+
 // Keys [c0, c1) of one (token, query head) for a head dim of NV 8-float vectors, the query and the
 // accumulator in registers: scores (8 keys at a time, 8 independent dot chains, then one
 // transposing reduction) over the query's visible keys c0..c1-1 (VisibleRows), softmax against
@@ -328,11 +338,7 @@ void attend_range(const float* qv, float scale, const float* kc, const float* vc
   VisibleRows values{{vc, row.block_table, E, g_off, block_size, c0 / block_size, c0 % block_size}, newk, row.cache_len, c0};
   for (int cc = 0; cc < len; cc++) {
     const float* vr = values.next();
-    const float p = score[cc];
-    if (p == 0.0f) continue;
-    const __m256 pv = _mm256_set1_ps(p);
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; v++) acc[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+    add_weighted_row<NV>(acc, score[cc], vr);
   }
   const __m256 inv = _mm256_set1_ps(direct ? (sum > 0 ? 1.0f / sum : 0.0f) : 1.0f);
 #pragma GCC unroll 16
@@ -425,13 +431,7 @@ void attend_group(const float* const* qv, float* const* out, const int32_t* cons
       __m256 a[NV];
 #pragma GCC unroll 16
       for (int v = 0; v < NV; v++) a[v] = _mm256_loadu_ps(aq + 8 * v);
-      for (int u = 0; u < m; u++) {
-        const float p = sq[u];
-        if (p == 0.0f) continue;
-        const __m256 pv = _mm256_set1_ps(p);
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; v++) a[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr[u] + 8 * v), a[v]);
-      }
+      for (int u = 0; u < m; u++) add_weighted_row<NV>(a, sq[u], vr[u]);
 #pragma GCC unroll 16
       for (int v = 0; v < NV; v++) _mm256_storeu_ps(aq + 8 * v, a[v]);
     }
@@ -451,11 +451,7 @@ void attend_group(const float* const* qv, float* const* out, const int32_t* cons
                        newk[q], row.cache_len, shared};
     for (int c = shared; c < len[q]; c++) {
       const float* vr = values.next();
-      const float p = sq[c];
-      if (p == 0.0f) continue;
-      const __m256 pv = _mm256_set1_ps(p);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; v++) a[v] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * v), a[v]);
+      add_weighted_row<NV>(a, sq[c], vr);
     }
     const __m256 inv = _mm256_set1_ps(sums[q] > 0 ? 1.0f / sums[q] : 0.0f);
 #pragma GCC unroll 16
