@@ -66,6 +66,7 @@ void OpTimingDevice::zero(void* dst, int64_t bytes) {
 }
 void OpTimingDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                             bool accumulate) {
+  if (!on_) return inner_->matmul(x, T, ldx, jobs, njobs, accumulate);  // no name to build for a step not timed
   // By shape: "matmul 4096+1024+1024x4096" is one call's jobs' outputs and their K.
   std::string name = "matmul ";
   for (int i = 0; i < njobs; i++) name += (i ? "+" : "") + std::to_string(jobs[i].w.rows);

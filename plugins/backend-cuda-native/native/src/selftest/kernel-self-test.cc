@@ -242,14 +242,34 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
   }
 }
 
+// The cuda device's prefill GEMM (cuda/prefill-gemm-kernels.cuh) takes bf16 jobs only when their
+// 128x128 tiles would fill half a GPU's SMs, which none of test_matmul's shapes do on a real GPU
+// (the emulator runs them as one SM, where they do). So on the cuda device: prompt-sized jobs at
+// tile tails in every dimension (T 300 and 129, N 4096 and 8320 + 5, K 576 and 1000: 1000 % 32 =
+// 8), with bf16-representable x (held to the f32 tolerance) and, for the first, random x. Its own
+// seed: the seeded grid of the families after it stays the same on every device.
+void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
+  if (std::string(dev->name()) != "cuda") return;
+  Rng rng{0x9f111};
+  struct Shape {
+    int64_t T, N, K;
+  };
+  for (const Shape& s : {Shape{300, 4096, 576}, Shape{129, 8325, 1000}})
+    for (XKind kind : {XKind::Random, XKind::Representable}) {
+      if (kind == XKind::Random && s.T != 300) continue;
+      const TestWeight w = make_weight(rng, DType::BF16, s.N, s.K);
+      const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, DType::BF16)};
+      const std::vector<std::vector<float>> deq{widen(bytes[0], DType::BF16)};
+      matmul_case(dev, ref, rng, ck, "matmul", DType::BF16, s.T, s.K, bytes, deq, {s.N}, kind);
+    }
+}
+
 // matmul in every weight dtype. K covers real hidden sizes and tails (100 % 16 = 4, 24 % 16 = 8:
 // the masked AVX-512 tail; 100 % 32 = 4 for the bf16 dot path); T covers one decode row, the
 // few-token path and the in-register bf16/f16 conversion (T <= 8), the widened-tile path (T = 9), the bf16 dot-product path
 // (T >= 64 here: 70) and more than one token tile (70 > 64). bf16 also runs with bf16-representable
 // x, which the dot-product path must match as tightly as f32. Several jobs in one call check the
 // shared row-block work list; bias and accumulate are drawn at random.
-void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck);
-
 void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t K : {576, 896, 2048, 100, 24})
@@ -271,28 +291,6 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           matmul_case(dev, ref, rng, ck, "matmul", dt, T, K, bytes, deq, Ns, kind);
         }
   test_matmul_prefill_gemm(dev, ref, ck);
-}
-
-// The cuda device's prefill GEMM (cuda/prefill-gemm-kernels.cuh) takes bf16 jobs only when their
-// 128x128 tiles would fill half a GPU's SMs, which none of test_matmul's shapes do on a real GPU
-// (the emulator runs them as one SM, where they do). So on the cuda device: prompt-sized jobs at
-// tile tails in every dimension (T 300 and 129, N 4096 and 8320 + 5, K 576 and 1000: 1000 % 32 =
-// 8), with bf16-representable x (held to the f32 tolerance) and, for the first, random x. Its own
-// seed: the seeded grid of the families after it stays the same on every device.
-void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
-  if (std::string(dev->name()) != "cuda") return;
-  Rng rng{0x9f111};
-  struct Shape {
-    int64_t T, N, K;
-  };
-  for (const Shape& s : {Shape{300, 4096, 576}, Shape{129, 8325, 1000}})
-    for (XKind kind : {XKind::Random, XKind::Representable}) {
-      if (kind == XKind::Random && s.T != 300) continue;
-      const TestWeight w = make_weight(rng, DType::BF16, s.N, s.K);
-      const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, DType::BF16)};
-      const std::vector<std::vector<float>> deq{widen(bytes[0], DType::BF16)};
-      matmul_case(dev, ref, rng, ck, "matmul", DType::BF16, s.T, s.K, bytes, deq, {s.N}, kind);
-    }
 }
 
 // Q8 weights (quantised here as at load): the VNNI kernel (activations rounded to int8 blocks)
