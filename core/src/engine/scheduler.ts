@@ -2,7 +2,7 @@ import { AdapterQueues } from './adapter-queues.ts'
 import type { KvBlockAllocator } from './kv-block-allocator.ts'
 import type { Draft } from './medusa/draft.ts'
 import type { SubTree, TreeFamily } from './medusa/tree-family.ts'
-import { sequenceDraftKey, sequenceLookupKey, type AdaptiveTreePolicy, type PolicyGroup } from './medusa/tree-policy.ts'
+import { draftKey, lookupKey, type AdaptiveTreePolicy, type PolicyGroup } from './medusa/tree-policy.ts'
 import { buildRow, buildTreeRow, type PlannedRow } from './row-builder.ts'
 import type { Sequence } from './sequence.ts'
 
@@ -276,7 +276,7 @@ export class Scheduler {
       // The match's length is part of the draft's key, so a row searches when any length's key
       // wants a draft, and keeps what it finds when that length's does.
       const draft = wantsLookup(seq, asks, speculation.lookupNgram) ? speculation.lookupDraft(seq) : null
-      seq.draft = draft !== null && wantsDraft(seq, asks, sequenceDraftKey(seq, draft)) ? draft : null
+      seq.draft = draft !== null && wantsDraft(seq, asks, draftKey(seq, draft)) ? draft : null
     }
     const waiting = decoders.filter((seq) => seq.drafter !== null && seq.draft !== null)
     if (waiting.length === 0) return out
@@ -285,7 +285,7 @@ export class Scheduler {
     const subTrees = new Map<string, SubTree | null>()
     const families = new Map<string, TreeFamily>()
     for (const seq of waiting) {
-      seq.treeKey = sequenceDraftKey(seq, seq.draft!)
+      seq.treeKey = draftKey(seq, seq.draft!)
       if (!families.has(seq.treeKey)) families.set(seq.treeKey, speculation.familyOf(seq, seq.treeKey))
     }
     if (policy === null) {
@@ -441,7 +441,7 @@ function wantsDraft(seq: Sequence, asks: DraftAsks, key = seq.policyKey): boolea
  */
 function wantsLookup(seq: Sequence, asks: DraftAsks, ngram: number): boolean {
   let yes = false
-  for (let n = 1; n <= ngram; n++) if (wantsDraft(seq, asks, sequenceLookupKey(seq, n))) yes = true
+  for (let n = 1; n <= ngram; n++) if (wantsDraft(seq, asks, lookupKey(seq, n))) yes = true
   return yes
 }
 

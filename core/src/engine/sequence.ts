@@ -56,8 +56,8 @@ export class Sequence {
   /** The policy key its last planned tree was chosen under (`draftKey` of its draft); verification records there. */
   treeKey = ''
   /**
-   * Its prompt-lookup policy keys by match length (`lookupKey(policyKey, n)` at index n), built
-   * as asked: a lookup row's plan asks each length's key on every step.
+   * Its prompt-lookup policy keys by match length (`lookupKey`'s, at index n), built as asked: a
+   * lookup row's plan asks each length's key on every step.
    */
   readonly lookupKeys: string[] = []
   /**

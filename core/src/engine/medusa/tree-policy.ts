@@ -68,29 +68,23 @@ export function speculationKey(adapterKey: string | null, drafter: string): stri
  * serving bench's prompts: the first candidate after 44% of one-token matches, 67-88% of longer
  * ones), so each length learns its own acceptance and chain depth, plain decoding included.
  */
-export function draftKey(policyKey: string, draft: Draft): string {
-  return draft.match > 0 ? lookupKey(policyKey, draft.match) : policyKey
+export function draftKey(seq: KeyedSequence, draft: Draft): string {
+  return draft.match > 0 ? lookupKey(seq, draft.match) : seq.policyKey
 }
 
-/** `draftKey` of a sequence's draft, from the sequence's own keys (built once per match length). */
-export function sequenceDraftKey(
-  seq: { readonly policyKey: string; readonly lookupKeys: string[] },
-  draft: Draft,
-): string {
-  return draft.match > 0 ? sequenceLookupKey(seq, draft.match) : seq.policyKey
+/**
+ * The policy key of `seq`'s prompt-lookup drafts that follow an `n`-token match
+ * (`<policyKey>|n<n>`), built once per length and kept in `seq.lookupKeys`: a lookup row's plan
+ * asks every length's key on every step.
+ */
+export function lookupKey(seq: KeyedSequence, n: number): string {
+  return (seq.lookupKeys[n] ??= `${seq.policyKey}|n${n}`)
 }
 
-/** `lookupKey(seq.policyKey, n)`, kept in `seq.lookupKeys`. */
-export function sequenceLookupKey(
-  seq: { readonly policyKey: string; readonly lookupKeys: string[] },
-  n: number,
-): string {
-  return (seq.lookupKeys[n] ??= lookupKey(seq.policyKey, n))
-}
-
-/** The policy key of prompt-lookup drafts of a sequence with key `policyKey` that follow an `n`-token match. */
-export function lookupKey(policyKey: string, n: number): string {
-  return `${policyKey}|n${n}`
+/** What `draftKey` and `lookupKey` read of a sequence. */
+export interface KeyedSequence {
+  readonly policyKey: string
+  readonly lookupKeys: string[]
 }
 
 /** Acceptance statistics and decision state of one key. */
