@@ -111,6 +111,14 @@ bool make_shape(const std::string& name, Shape* s) {
     s->issue_shape = true;
     return true;
   }
+  if (name == "smollm2-135m") {  // the cpu benchmarks' model (npm run bench, bench:peers): its per-op breakdown
+    s->cfg = base_config(49152, 576, 1536, 30, 9, 3, 64);
+    s->context = 64, s->batches = {1, 8};
+    s->prefill_long = 256, s->prefill_rows = 2, s->prefill_short = 64;
+    s->lora_hidden = 576, s->lora_pool = 64, s->lora_calls = 50;
+    s->steps = 20, s->bandwidth_bytes = int64_t(512) << 20;
+    return true;
+  }
   if (name == "tiny") {  // for the cpu device in npm test: the same code paths in a second
     s->cfg = base_config(2000, 256, 512, 2, 4, 2, 64);
     s->context = 32, s->batches = {1, 4};
@@ -956,7 +964,7 @@ int Bench::run() {
 int run_gpu_bench(const BenchOptions& opt, Device* dev) {
   Shape shape;
   if (!make_shape(opt.shape, &shape)) {
-    std::printf("unknown --bench-shape %s (llama3-8b | tiny)\n", opt.shape.c_str());
+    std::printf("unknown --bench-shape %s (llama3-8b | smollm2-135m | tiny)\n", opt.shape.c_str());
     return 2;
   }
   if (opt.steps > 0) shape.steps = opt.steps;

@@ -15,7 +15,7 @@
 //   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]
 //   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
-//   loom-native-test --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N]
+//   loom-native-test --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N]
 //                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--bench-layers N]
 //                    [--seed N] [--threads N] [--require cuda]
 #include <chrono>
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
                  "usage: %s [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]\n"
                  "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
                  "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
-                 "       %s --bench [--bench-shape llama3-8b|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
+                 "       %s --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
                  "          [--bench-dir DIR] [--peak-tflops X] [--bench-layers N] [--seed N] [--threads N]\n"
                  "          [--require cuda]\n",
                  argv[0], argv[0], argv[0]);

@@ -15,8 +15,9 @@
 //   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
 //     vcvtph2ps) when the step has at most kMaxTokens tokens, i.e. one pass over the block; with
 //     more tokens the block is widened once into an L1 tile and every further pass reads f32.
-//   - Q8 rows (8-bit weights) are always widened into the tile (d * q per 32-weight block); this
-//     path serves them only where the CPU lacks AVX-512 VNNI (matmul-q8-cpu.cc otherwise).
+//   - Q8 rows (8-bit weights): with AVX-512 this path serves them only where the CPU lacks VNNI
+//     (matmul-q8-cpu.cc otherwise) and always widens them into the tile (d * q per 32-weight
+//     block); with AVX2 it is their kernel, and few-token passes widen them in registers too.
 // Accumulation is exact f32 FMA, so results match the f64 reference within f32 rounding. Large
 // prefills tile the tokens as well so the activations stay in L2 while the weights stream
 // through. Two dtypes leave this file for dot-product instructions where the CPU has them (see
@@ -27,6 +28,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu-device.h"
@@ -140,37 +142,6 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
   reduce_tile<TN>(acc, out);  // 4 at a time, in the flattened [t][i] order of `out`
 }
 
-// The micro-kernel of one (weight dtype, token count, prefetch hint): the one dispatch from
-// run-time shapes to dot_block instances, for dot_weights per call and for the few-token path of
-// matmul_widen once per job.
-using DotBlockFn = void (*)(const void* const*, const float* const*, int64_t, float*, int64_t);
-template <typename Ld, int Hint>
-DotBlockFn dot_block_for(int tn) {
-  switch (tn) {
-    case 8: return &dot_block<Ld, 8, Hint>;
-    case 7: return &dot_block<Ld, 7, Hint>;
-    case 6: return &dot_block<Ld, 6, Hint>;
-    case 5: return &dot_block<Ld, 5, Hint>;
-    case 4: return &dot_block<Ld, 4, Hint>;
-    case 3: return &dot_block<Ld, 3, Hint>;
-    case 2: return &dot_block<Ld, 2, Hint>;
-    default: return &dot_block<Ld, 1, Hint>;
-  }
-}
-template <int Hint = _MM_HINT_T0>
-DotBlockFn dot_block_for(DType dt, int tn) {
-  if (dt == DType::F32) return dot_block_for<LoadF32, Hint>(tn);
-  if (dt == DType::BF16) return dot_block_for<LoadBF16, Hint>(tn);
-  return dot_block_for<LoadF16, Hint>(tn);
-}
-
-// Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
-// pf_l2: the prefetches at pf_off go to L2 only (bytes a later op reads, not this matmul).
-inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        int64_t pf_off, bool pf_l2 = false) {
-  (pf_l2 ? dot_block_for<_MM_HINT_T1>(dt, tn) : dot_block_for<_MM_HINT_T0>(dt, tn))(w, x, K, out, pf_off);
-}
-
 // Dequantise one Q8 row of n weights (n a multiple of 32) to f32: d * q per block.
 inline void widen_q8_row(const void* src, int64_t n, float* dst) {
   const int8_t* q = static_cast<const int8_t*>(src);
@@ -209,43 +180,102 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
-// The AVX2 micro-kernel: kRows f32 rows × TN tokens, 3·TN + 4 ymm registers (16 at TN = 4).
-// Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} w_i[k] * x_t[k]
-template <int TN>
-inline void dot_block(const float* const* w, const float* const* x, int64_t K, float* out) {
+// 8 weights of one row from element k, widened to f32 in registers (the AVX-512 loaders at half
+// the width), and one element for the K % 8 tail. Widening in registers matters most here: a
+// block widened into an L1 tile first (the AVX2 path until 2026-11-27) was 3·K floats written and
+// read again per block, 18 KB at K = 1536, which with x and the prefetched block overflowed a
+// 32 KB L1 (the bench model's down projection streamed at ~15 GB/s against ~25 for the others).
+struct LoadF32 {
+  static constexpr int64_t kBytes = 4;
+  static __m256 load(const void* w, int64_t k) { return _mm256_loadu_ps(static_cast<const float*>(w) + k); }
+  static float at(const void* w, int64_t k) { return static_cast<const float*>(w)[k]; }
+};
+struct LoadBF16 {  // bf16 is the high half of an f32: zero-extend to 32 bits, shift left 16
+  static constexpr int64_t kBytes = 2;
+  static __m256 load(const void* w, int64_t k) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float at(const void* w, int64_t k) { return bf16_to_f32(static_cast<const uint16_t*>(w)[k]); }
+};
+struct LoadF16 {
+  static constexpr int64_t kBytes = 2;
+  static __m256 load(const void* w, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + k)));
+  }
+  static float at(const void* w, int64_t k) { return f16_to_f32(static_cast<const uint16_t*>(w)[k]); }
+};
+// Q8 rows (int8 values, then one f16 scale d per 32-block; K a multiple of 32, so no tail): the
+// 8 values at k as d·q, the product widen_row forms, so both paths give the same bits.
+struct LoadQ8 {
+  static constexpr int64_t kBytes = 1;
+  static __m256 load(const void* w, int64_t k, __m256 d) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(w) + k));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+  }
+  // The scale of the 32-block holding element k of a row of K values, broadcast.
+  static __m256 scale(const void* w, int64_t k, int64_t K) {
+    uint16_t h;
+    std::memcpy(&h, static_cast<const int8_t*>(w) + K + 2 * (k / kQ8Block), 2);
+    return _mm256_set1_ps(f16_to_f32(h));
+  }
+};
+
+// The AVX2 micro-kernel: kRows rows in Ld's dtype × TN tokens, 3·TN + 4 ymm registers (16 at
+// TN = 4). Semantics: for t < TN, i < kRows: out[t*kRows + i] = Σ_{k<K} w_i[k] * x_t[k]
+// pf_off: as the AVX-512 kernel's (a later block's rows at each row's address + pf_off bytes,
+// one line per row per 64 bytes of the rows), 0 for none. Sums: per lane over k-steps of 8,
+// hsum4, then the K % 8 tail in order, whatever Ld is: a 16-bit or Q8 row gives the bits of
+// its widened f32 row.
+template <typename Ld, int TN, int Hint = _MM_HINT_T0>
+inline void dot_block(const void* const* w, const float* const* x, int64_t K, float* out, int64_t pf_off) {
+  const void* const w0p = w[0];
+  const void* const w1p = w[1];
+  const void* const w2p = w[2];
   __m256 acc[TN][kRows];
-  for (int t = 0; t < TN; t++)
-    for (int i = 0; i < kRows; i++) acc[t][i] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    const __m256 w0 = _mm256_loadu_ps(w[0] + k), w1 = _mm256_loadu_ps(w[1] + k), w2 = _mm256_loadu_ps(w[2] + k);
+#pragma GCC unroll 4
+  for (int t = 0; t < TN; t++) acc[t][0] = acc[t][1] = acc[t][2] = _mm256_setzero_ps();
+  auto fma_step = [&acc, x](__m256 w0, __m256 w1, __m256 w2, int64_t k) __attribute__((always_inline)) {
+    __asm__("" : "+v"(w0), "+v"(w1), "+v"(w2));  // see the AVX-512 kernel: weights in registers
+#pragma GCC unroll 4
     for (int t = 0; t < TN; t++) {
       __m256 xv = _mm256_loadu_ps(x[t] + k);
-      __asm__("" : "+v"(xv));  // see the AVX-512 kernel: keep x in a register
+      __asm__("" : "+v"(xv));
       acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
       acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);
       acc[t][2] = _mm256_fmadd_ps(w2, xv, acc[t][2]);
     }
+  };
+  auto prefetch = [w0p, w1p, w2p, pf_off](int64_t k) __attribute__((always_inline)) {
+    _mm_prefetch(static_cast<const char*>(w0p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
+    _mm_prefetch(static_cast<const char*>(w1p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
+    _mm_prefetch(static_cast<const char*>(w2p) + pf_off + k * Ld::kBytes, _mm_hint(Hint));
+  };
+  int64_t k = 0;
+  if constexpr (std::is_same_v<Ld, LoadQ8>) {
+    for (; k < K; k += kQ8Block) {  // one 64-byte line of prefetch covers two 32-blocks
+      if (pf_off != 0 && k % 64 == 0) prefetch(k);
+      alignas(32) __m256 d[kRows] = {Ld::scale(w0p, k, K), Ld::scale(w1p, k, K), Ld::scale(w2p, k, K)};
+#pragma GCC unroll 4
+      for (int64_t kk = k; kk < k + kQ8Block; kk += 8)
+        fma_step(Ld::load(w0p, kk, d[0]), Ld::load(w1p, kk, d[1]), Ld::load(w2p, kk, d[2]), kk);
+    }
+  } else {
+    constexpr int64_t kPer64 = 64 / (8 * Ld::kBytes);  // k-steps per 64-byte line of a row
+    for (; k + 8 <= K; k += 8) {
+      if (pf_off != 0 && (k / 8) % kPer64 == 0) prefetch(k);
+      fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k);
+    }
   }
+#pragma GCC unroll 4
   for (int t = 0; t < TN; t++) {
     float tmp[4];
     _mm_storeu_ps(tmp, hsum4(acc[t][0], acc[t][1], acc[t][2], acc[t][2]));
     for (int i = 0; i < kRows; i++) {
       out[t * kRows + i] = tmp[i];
-      for (int64_t kk = k; kk < K; kk++) out[t * kRows + i] += w[i][kk] * x[t][kk];  // K % 8 tail
+      if constexpr (!std::is_same_v<Ld, LoadQ8>)
+        for (int64_t kk = k; kk < K; kk++) out[t * kRows + i] += Ld::at(w[i], kk) * x[t][kk];  // K % 8 tail
     }
-  }
-}
-
-// AVX2 only dots f32 rows; 16-bit weights are always widened into a tile first.
-inline void dot_weights(DType, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
-                        int64_t, bool = false) {  // (no in-loop prefetch on AVX2)
-  const float* const* wf = reinterpret_cast<const float* const*>(w);
-  switch (tn) {
-    case 4: dot_block<4>(wf, x, K, out); break;
-    case 3: dot_block<3>(wf, x, K, out); break;
-    case 2: dot_block<2>(wf, x, K, out); break;
-    default: dot_block<1>(wf, x, K, out); break;
   }
 }
 
@@ -253,57 +283,73 @@ inline void dot_weights(DType, const void* const* w, const float* const* x, int 
 // whole Q8 row (n a multiple of 32) by sign-extending each int8 and scaling by its block's d.
 inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
   if (dt == DType::Q8) {
-    const int8_t* q = static_cast<const int8_t*>(src);
     for (int64_t b = 0; b < n / kQ8Block; b++) {
-      uint16_t h;
-      std::memcpy(&h, q + n + 2 * b, 2);
-      const __m256 sc = _mm256_set1_ps(f16_to_f32(h));
-      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; k += 8)
-        _mm256_storeu_ps(dst + k, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k))))));
+      const __m256 d = LoadQ8::scale(src, b * kQ8Block, n);
+      for (int64_t k = b * kQ8Block; k < (b + 1) * kQ8Block; k += 8) _mm256_storeu_ps(dst + k, LoadQ8::load(src, k, d));
     }
     return;
   }
-  const uint16_t* s = static_cast<const uint16_t*>(src);
   int64_t k = 0;
   if (dt == DType::BF16) {
-    for (; k + 8 <= n; k += 8) {
-      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k));
-      _mm256_storeu_ps(dst + k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-    }
-    for (; k < n; k++) dst[k] = bf16_to_f32(s[k]);
+    for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, LoadBF16::load(src, k));
+    for (; k < n; k++) dst[k] = LoadBF16::at(src, k);
   } else {
-    for (; k + 8 <= n; k += 8)
-      _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k))));
-    for (; k < n; k++) dst[k] = f16_to_f32(s[k]);
+    for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, LoadF16::load(src, k));
+    for (; k < n; k++) dst[k] = LoadF16::at(src, k);
   }
 }
 
-constexpr bool kConvertInRegisters = false;
+constexpr bool kConvertInRegisters = true;
 
 #endif
+
+// Whether dot_block widens Q8 rows in registers (AVX2, where this file is the Q8 kernel) or they
+// are widened into the L1 tile (AVX-512 without VNNI, or LOOM_CPU_Q8=widen, for measuring).
+constexpr bool kQ8InRegisters = !LOOM_AVX512;
+// Whether a pass of few tokens reads rows of `dt` where they are, widening in registers.
+constexpr bool in_registers(DType dt) { return dt == DType::Q8 ? kQ8InRegisters : kConvertInRegisters; }
+
+// The micro-kernel of one (weight dtype, token count, prefetch hint): the one dispatch from
+// run-time shapes to dot_block instances, for dot_weights per call and for the few-token path of
+// matmul_widen once per job.
+using DotBlockFn = void (*)(const void* const*, const float* const*, int64_t, float*, int64_t);
+template <typename Ld, int Hint>
+DotBlockFn dot_block_for(int tn) {
+  switch (tn) {
+#if LOOM_AVX512
+    case 8: return &dot_block<Ld, 8, Hint>;
+    case 7: return &dot_block<Ld, 7, Hint>;
+    case 6: return &dot_block<Ld, 6, Hint>;
+    case 5: return &dot_block<Ld, 5, Hint>;
+#endif
+    case 4: return &dot_block<Ld, 4, Hint>;
+    case 3: return &dot_block<Ld, 3, Hint>;
+    case 2: return &dot_block<Ld, 2, Hint>;
+    default: return &dot_block<Ld, 1, Hint>;
+  }
+}
+template <int Hint = _MM_HINT_T0>
+DotBlockFn dot_block_for(DType dt, int tn) {
+  if (dt == DType::F32) return dot_block_for<LoadF32, Hint>(tn);
+  if (dt == DType::BF16) return dot_block_for<LoadBF16, Hint>(tn);
+#if !LOOM_AVX512
+  if (dt == DType::Q8) return dot_block_for<LoadQ8, Hint>(tn);
+#endif
+  return dot_block_for<LoadF16, Hint>(tn);
+}
+
+// Dot kRows weight rows stored in `dt` against tn tokens; out [tn * kRows].
+// pf_l2: the prefetches at pf_off go to L2 only (bytes a later op reads, not this matmul).
+inline void dot_weights(DType dt, const void* const* w, const float* const* x, int tn, int64_t K, float* out,
+                        int64_t pf_off, bool pf_l2 = false) {
+  (pf_l2 ? dot_block_for<_MM_HINT_T1>(dt, tn) : dot_block_for<_MM_HINT_T0>(dt, tn))(w, x, K, out, pf_off);
+}
 
 }  // namespace
 
 void dot_rows(DType dt, const void* const* w, const float* const* x, int tn, int64_t K,
               float out[kMaxTokens][kRows]) {
-#if LOOM_AVX512
   dot_weights(dt, w, x, tn, K, &out[0][0], 0);
-#else
-  if (dt == DType::F32) {
-    dot_weights(dt, w, x, tn, K, &out[0][0], 0);
-    return;
-  }
-  // AVX2 dots f32 rows only: widen the 16-bit rows into a thread-local tile first.
-  static thread_local std::vector<float> tile;
-  if (int64_t(tile.size()) < kRows * K) tile.resize(size_t(kRows * K));
-  const void* wf[kRows];
-  for (int i = 0; i < kRows; i++) {
-    widen_row(w[i], dt, K, tile.data() + i * K);
-    wf[i] = tile.data() + i * K;
-  }
-  dot_weights(DType::F32, wf, x, tn, K, &out[0][0], 0);
-#endif
 }
 
 // Work list: blocks of up to kRows output rows of all jobs, in job order, so a chunk of the
@@ -404,7 +450,6 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
     for (int64_t n = 0; n < jobs[j].w.rows; n += kRows) blocks_.push_back(int64_t(j) << 40 | n);
   const int64_t nblocks = int64_t(blocks_.size());
   const int64_t* blocks = blocks_.data();
-#if LOOM_AVX512
   // Few tokens (decode, batched decode, Medusa trees): one pass over every block, the blocks of a
   // job walked with the job's kernel, row stride and outputs resolved once. At small K (the demo
   // model's 128: 8 k-steps per dot) the per-block bookkeeping of the general loop below was a
@@ -417,7 +462,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
   // and batch-8 decode steps measured the same either way. A worker that starts late still loses
   // its chunk to the caller, which claims whatever is unclaimed.
   bool few = T <= kMaxTokens;
-  for (int j = 0; j < njobs && few; j++) few = jobs[j].w.dtype != DType::Q8;
+  for (int j = 0; j < njobs && few; j++) few = kQ8InRegisters || jobs[j].w.dtype != DType::Q8;
   if (few) {
     pool_.run([&](int chunk, int nchunks) {
       int64_t b0, b1;
@@ -460,7 +505,6 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
     }, pool_.size());
     return;
   }
-#endif
 
   pool_.run([&](int chunk, int nchunks) {
     int64_t b0, b1;
@@ -506,7 +550,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
             const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
             // 16-bit rows widened into the L1 tile are dotted from the tile: no offset to use.
-            const bool widened = dt == DType::Q8 || (dt != DType::F32 && !(kConvertInRegisters && t1 - t0 <= kMaxTokens));
+            const bool widened = dt != DType::F32 && !(in_registers(dt) && t1 - t0 <= kMaxTokens);
             if (T <= kBurstPrefetchTokens || widened) {
               // Few tokens (bandwidth-bound): the whole later block at once, as the step starts.
               prefetch_block(pj, pn);
@@ -516,7 +560,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
               pf_off = (pn - n0) * weight_row_bytes(dt, K);
             }
           }
-          if (dt == DType::F32 || (dt != DType::Q8 && kConvertInRegisters && t1 - t0 <= kMaxTokens)) {
+          if (dt == DType::F32 || (in_registers(dt) && t1 - t0 <= kMaxTokens)) {
             // One pass (or f32): read the weights where they are.
             const char* base = static_cast<const char*>(job.w.data);
             for (int i = 0; i < kRows; i++) bp.w[i] = base + (n0 + std::min(i, nrows - 1)) * weight_row_bytes(dt, K);
