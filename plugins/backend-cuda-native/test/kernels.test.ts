@@ -18,4 +18,8 @@ t.test('kernel self-test of the cpu device, seeds 1-3 and a one-thread pool', as
   }
   const single = await run(built.program, ['--seed', '7', '--threads', '1'])
   t.equal(single.status, 0, `a single-threaded pool gives the same verdict: ${single.output.slice(-400)}`)
+  // int8 weights also have the widening path (the kernel where no integer dot kernel exists,
+  // and LOOM_CPU_Q8=widen to measure against it): its results too, batch invariance included.
+  const widen = await run(built.program, ['--seed', '4'], { ...process.env, LOOM_CPU_Q8: 'widen' })
+  t.equal(widen.status, 0, `int8 through the widening path passes: ${widen.output.slice(-400)}`)
 })

@@ -62,8 +62,10 @@ export function run(cmd: string, args: readonly string[], env: NodeJS.ProcessEnv
   return new Promise((resolve) => {
     const child = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
     let output = ''
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()))
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()))
+    // Decoded as streams: a multi-byte character (the tables' µ) split across two chunks must not
+    // turn into two replacement characters.
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (output += d))
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (output += d))
     child.on('error', (err) => resolve({ status: null, output: `${output}${err.message}` }))
     child.on('close', (status) => resolve({ status, output }))
   })

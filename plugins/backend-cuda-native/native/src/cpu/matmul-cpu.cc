@@ -303,8 +303,9 @@ constexpr bool kConvertInRegisters = true;
 
 #endif
 
-// Whether dot_block widens Q8 rows in registers (AVX2, where this file is the Q8 kernel) or they
-// are widened into the L1 tile (AVX-512 without VNNI, or LOOM_CPU_Q8=widen, for measuring).
+// Whether dot_block widens Q8 rows in registers (AVX2, where this file serves them only with
+// LOOM_CPU_Q8=widen or LOOM_Q8_WIDEN, for measuring) or they are widened into the L1 tile (AVX-512
+// without VNNI).
 constexpr bool kQ8InRegisters = !LOOM_AVX512;
 // Whether a pass of few tokens reads rows of `dt` where they are, widening in registers.
 constexpr bool in_registers(DType dt) { return dt == DType::Q8 ? kQ8InRegisters : kConvertInRegisters; }
@@ -388,7 +389,7 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
   enum Path { kGeneric = 0, kQ8Dot = 1, kBf16Dot = 2 };
   const DotPaths& dp = dot_paths();
   auto path = [T, &dp](const MatmulJob& j) {
-    if (LOOM_AVX512_VNNI && j.w.dtype == DType::Q8 && dp.q8_vnni) return kQ8Dot;
+    if (LOOM_Q8_DOT && j.w.dtype == DType::Q8 && dp.q8_vnni) return kQ8Dot;
     if (LOOM_AVX512_BF16 && j.w.dtype == DType::BF16 && T >= dp.bf16_min_tokens) return kBf16Dot;
     return kGeneric;
   };
@@ -400,7 +401,7 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
       for (int j = 0; j < njobs; j++)
         if (path(jobs[j]) == p) split_jobs_.push_back(jobs[j]);
     const MatmulJob* sj = split_jobs_.data();
-#if LOOM_AVX512_VNNI
+#if LOOM_Q8_DOT
     if (npath[kQ8Dot]) matmul_q8(x, T, ldx, sj, npath[kQ8Dot], accumulate);
 #endif
 #if LOOM_AVX512_BF16

@@ -1,4 +1,5 @@
-// The matmul for Q8 weights (kernels/dtype.h) with AVX-512 VNNI: int8 × int8 dot products.
+// The matmul for Q8 weights (kernels/dtype.h): int8 × int8 dot products, with AVX-512 VNNI or
+// (where AVX-512 is missing) plain AVX2.
 //
 // As llama.cpp does for Q8_0, the step's activation rows are quantised once per call to int8 in
 // blocks of 32 (scale dx = max|x| / 127, q = round_half_even(x / dx)), and each 32-weight block's
@@ -11,6 +12,12 @@
 // vpdpbusd, one int→float conversion, one multiply for the two blocks' dw·dx and one FMA: 64
 // multiply-adds in 4 vector ops, where widening the weights to f32 (matmul-cpu.cc's tile path,
 // used where VNNI is missing) spends ~10 per 32 at batch 1 (measured in the README).
+//
+// With AVX2 (no vpdpbusd) a 32-weight block per (row, token) is vpsignb (the weights take the
+// activations' signs, so the unsigned operand is |qx|, stored beside qx), vpmaddubsw (pairs into
+// int16: at most 2·127·127, no saturation), vpmaddwd by ones (int32 lanes of 4 products, the
+// lanes of vpdpbusd), one conversion and one FMA by dw·dx: 32 multiply-adds in 6 vector ops
+// where widening the weights to f32 spends 16.
 //
 // Results differ from the f32 dot of x and the dequantised weights by the rounding of x to int8:
 // per block at most max|x_b|/254 · Σ_b |w| (the self-test's bound); exact for x that int8 blocks
@@ -29,9 +36,11 @@
 
 namespace loom {
 
-#if LOOM_AVX512_VNNI
+#if LOOM_Q8_DOT
 
 namespace {
+
+#if LOOM_AVX512_VNNI
 
 // One quantised activation row (token) in the scratch: q [K64] int8 (zero past K), then per
 // block pair p: neg[p] [16] int32 (lanes 0-7: -16·Σ q of block 2p, lanes 8-15: of block 2p+1),
@@ -129,6 +138,105 @@ void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const X
     default: dot_q8<1>(w, x, L, out, pf, pf_step); break;
   }
 }
+
+#else  // LOOM_AVX2_Q8_DOT
+
+// One quantised activation row (token) in the scratch: q [K] int8, then |q| [K] (vpmaddubsw's
+// unsigned operand), then dx [K / 32] f32. npairs: pairs of 32-blocks, the k-loop's prefetch step
+// (as the VNNI layout's).
+struct XqLayout {
+  int64_t K, nb, npairs, stride;
+  explicit XqLayout(int64_t k) : K(k), nb(k / kQ8Block), npairs((k / kQ8Block + 1) / 2), stride(2 * k + nb * 4) {}
+  const uint8_t* abs_q(const uint8_t* row) const { return row + K; }
+  const float* dx(const uint8_t* row) const { return reinterpret_cast<const float*>(row + 2 * K); }
+};
+
+// Quantise one f32 row of K (a multiple of 32) into the layout above: per block dx = max|x| / 127,
+// q = round_half_even(x / dx) (the VNNI path's and quantize_q8_rows' rounding).
+void quantize_row(const float* x, const XqLayout& L, uint8_t* out) {
+  int8_t* q = reinterpret_cast<int8_t*>(out);
+  uint8_t* aq = out + L.K;
+  float* dx = reinterpret_cast<float*>(out + 2 * L.K);
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < L.nb; b++) {
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+      v[i] = _mm256_loadu_ps(x + b * 32 + i * 8);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign_bit, v[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float d = _mm_cvtss_f32(m4) / 127.0f;
+    const __m256 id = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));  // half to even (MXCSR)
+    // int32 → int8 with the 32 values back in order (the packs interleave 128-bit lanes).
+    const __m256i q16 = _mm256_packs_epi32(qi[0], qi[1]), q16b = _mm256_packs_epi32(qi[2], qi[3]);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), q8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(aq + b * 32), _mm256_abs_epi8(q8));
+    dx[b] = d;
+  }
+}
+
+// The micro-kernel. Semantics: for t < TN, r < kRows: out[t*kRows + r] =
+//   Σ_b dw[r,b] · dx[t,b] · Σ_{k in b} qw[r,k] · qx[t,k]
+// w: kRows Q8 rows (row length K), x: TN quantised rows (XqLayout). pf: bytes prefetched into
+// L2 pf_step per block pair from pf (a later block's rows; null: none).
+template <int TN>
+inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out, const char* pf,
+                   int64_t pf_step) {
+  __m256 acc[TN][kRows];
+#pragma GCC unroll 4
+  for (int t = 0; t < TN; t++) acc[t][0] = acc[t][1] = acc[t][2] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t K = L.K;
+  for (int64_t b = 0; b < L.nb; b++) {
+    if (pf && b % 2 == 0)
+      for (int64_t o = b / 2 * pf_step; o < (b / 2 + 1) * pf_step; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+    __m256i wv[kRows];
+    float dw[kRows];
+#pragma GCC unroll 3
+    for (int r = 0; r < kRows; r++) {
+      wv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + b * 32));
+      uint16_t h;
+      std::memcpy(&h, w[r] + K + 2 * b, 2);
+      dw[r] = _cvtsh_ss(h);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t] + b * 32));
+      const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(L.abs_q(x[t]) + b * 32));
+      const float dx = L.dx(x[t])[b];
+#pragma GCC unroll 3
+      for (int r = 0; r < kRows; r++) {
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv[r], xq)), ones);
+        acc[t][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[r] * dx), acc[t][r]);
+      }
+    }
+  }
+  // Each accumulator's 8 lanes, in one order whatever TN: a token's outputs are its batch-1 bits.
+#pragma GCC unroll 4
+  for (int t = 0; t < TN; t++)
+    for (int r = 0; r < kRows; r++) {
+      const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[t][r]), _mm256_extractf128_ps(acc[t][r], 1));
+      const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+      out[t * kRows + r] = _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    }
+}
+
+void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out,
+               const char* pf, int64_t pf_step) {
+  switch (tn) {
+    case 4: dot_q8<4>(w, x, L, out, pf, pf_step); break;
+    case 3: dot_q8<3>(w, x, L, out, pf, pf_step); break;
+    case 2: dot_q8<2>(w, x, L, out, pf, pf_step); break;
+    default: dot_q8<1>(w, x, L, out, pf, pf_step); break;
+  }
+}
+
+#endif  // LOOM_AVX512_VNNI
 
 // Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks; 1, 4
 // and 8 measured slower at batch 1). Into L2 (T1), not L1: a batch-1 step was ~2% faster, as the
@@ -237,6 +345,6 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
   }, T <= kQ8StreamingTokens ? pool_.size() * kQ8StreamingChunksPerThread : 0);
 }
 
-#endif  // LOOM_AVX512_VNNI
+#endif  // LOOM_Q8_DOT
 
 }  // namespace loom

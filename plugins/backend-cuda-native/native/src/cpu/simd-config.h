@@ -19,6 +19,16 @@
 #define LOOM_AVX512_VNNI 0
 #endif
 
+// The same int8 × int8 dot products with plain AVX2 (vpsignb + vpmaddubsw + vpmaddwd, as
+// llama.cpp's AVX2 Q8_0 kernel), where AVX-512 is missing. LOOM_Q8_WIDEN forces the widening path.
+#if !LOOM_AVX512 && !defined(LOOM_Q8_WIDEN)
+#define LOOM_AVX2_Q8_DOT 1
+#else
+#define LOOM_AVX2_Q8_DOT 0
+#endif
+// Whether matmul_q8 (matmul-q8-cpu.cc) exists: an integer dot kernel for Q8 weights.
+#define LOOM_Q8_DOT (LOOM_AVX512_VNNI || LOOM_AVX2_Q8_DOT)
+
 // bf16 dot products (vdpbf16ps) for bf16 weights in steps of many tokens: AVX-512 BF16 (Zen 4+,
 // Sapphire Rapids+). LOOM_BF16_NO_DOT turns the path off (to measure against it).
 #if LOOM_AVX512 && defined(__AVX512BF16__) && !defined(LOOM_BF16_NO_DOT)
