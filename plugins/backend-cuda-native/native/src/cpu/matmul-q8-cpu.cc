@@ -173,7 +173,8 @@ void quantize_row(const float* x, const XqLayout& L, uint8_t* out) {
     for (int i = 0; i < 4; i++) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));  // half to even (MXCSR)
     // int32 → int8 with the 32 values back in order (the packs interleave 128-bit lanes).
     const __m256i q16 = _mm256_packs_epi32(qi[0], qi[1]), q16b = _mm256_packs_epi32(qi[2], qi[3]);
-    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), order);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), q8);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(aq + b * 32), _mm256_abs_epi8(q8));
     dx[b] = d;
