@@ -54,7 +54,6 @@ inline VecF vset1(float a) { return _mm512_set1_ps(a); }
 inline VecF vloadf(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstoref(float* p, VecF v) { _mm512_storeu_ps(p, v); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vreduce(VecF a) { return _mm512_reduce_add_ps(a); }
 template <DType DT>
 inline VecF vloadw(const void* p, int64_t i) {
   if constexpr (DT == DType::F32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
@@ -77,10 +76,12 @@ inline VecF vset1(float a) { return _mm256_set1_ps(a); }
 inline VecF vloadf(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstoref(float* p, VecF v) { _mm256_storeu_ps(p, v); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+// The sum of a's 8 lanes in the AVX2 matmul kernel's order (its hsum4: pairs, then pairs of pairs
+// within each 128-bit half, then the halves), so a one-token shrink is the bits of a tile's.
 inline float vreduce(VecF a) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  const __m256 p = _mm256_hadd_ps(a, a);  // a0+a1 a2+a3 . . | a4+a5 a6+a7 . .
+  const __m256 q = _mm256_hadd_ps(p, p);  // (a0+a1)+(a2+a3) . . . | (a4+a5)+(a6+a7) . . .
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
 template <DType DT>
 inline VecF vloadw(const void* p, int64_t i) {
@@ -202,9 +203,10 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
 // Semantics: for i < NR: out[i] = Σ_k x[k] * A[r0 + i, k]   (one token, NR rows of A at once: NR
 // independent accumulator chains, so the loop is bound by loads rather than FMA latency).
 //
-// With AVX-512 each out[i] is the same bits as the matmul micro-kernel's (dot_rows, which the
-// multi-token shrink uses): lanes accumulate k ≡ lane (mod 16), the K % 16 tail is a masked FMA
-// into the same lanes, and the lanes are summed in hsum4's order. So a token's LoRA output does
+// Each out[i] is the same bits as the matmul micro-kernel's (dot_rows, which the multi-token
+// shrink uses): with AVX-512 lanes accumulate k ≡ lane (mod 16), the K % 16 tail is a masked FMA
+// into the same lanes, and the lanes are summed in hsum4's order; with AVX2 lanes accumulate
+// k ≡ lane (mod 8), are summed in its hsum4's order, and the K % 8 tail is added after, in order. So a token's LoRA output does
 // not depend on whether its run was shrunk one token at a time or in a tile (that choice follows
 // the batch: see lora_apply), and a Medusa tree row matches the decode row it replaces.
 template <DType DT, int NR>
