@@ -76,13 +76,6 @@ inline VecF vset1(float a) { return _mm256_set1_ps(a); }
 inline VecF vloadf(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstoref(float* p, VecF v) { _mm256_storeu_ps(p, v); }
 inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
-// The sum of a's 8 lanes in the AVX2 matmul kernel's order (its hsum4: pairs, then pairs of pairs
-// within each 128-bit half, then the halves), so a one-token shrink is the bits of a tile's.
-inline float vreduce(VecF a) {
-  const __m256 p = _mm256_hadd_ps(a, a);  // a0+a1 a2+a3 . . | a4+a5 a6+a7 . .
-  const __m256 q = _mm256_hadd_ps(p, p);  // (a0+a1)+(a2+a3) . . . | (a4+a5)+(a6+a7) . . .
-  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
-}
 template <DType DT>
 inline VecF vloadw(const void* p, int64_t i) {
   if constexpr (DT == DType::F32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
@@ -206,9 +199,10 @@ void expand_segments(const float* tmp, int64_t ldt, int64_t N, const LoraSegment
 // Each out[i] is the same bits as the matmul micro-kernel's (dot_rows, which the multi-token
 // shrink uses): with AVX-512 lanes accumulate k ≡ lane (mod 16), the K % 16 tail is a masked FMA
 // into the same lanes, and the lanes are summed in hsum4's order; with AVX2 lanes accumulate
-// k ≡ lane (mod 8), are summed in its hsum4's order, and the K % 8 tail is added after, in order. So a token's LoRA output does
-// not depend on whether its run was shrunk one token at a time or in a tile (that choice follows
-// the batch: see lora_apply), and a Medusa tree row matches the decode row it replaces.
+// k ≡ lane (mod 8), are summed in hsum4's order, and the K % 8 tail is added after, in order. So
+// a token's LoRA output does not depend on whether its run was shrunk one token at a time or in a
+// tile (that choice follows the batch: see lora_apply), and a Medusa tree row matches the decode
+// row it replaces.
 template <DType DT, int NR>
 inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, float* out) {
   VecF acc[NR];
@@ -232,7 +226,7 @@ inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, fl
                std::min(4, NR - i), out + i);
 #else
   for (int i = 0; i < NR; i++) {
-    float v = vreduce(acc[i]);
+    float v = hsum1(acc[i]);  // the matmul tile's order (tile-reduce.h)
     for (int64_t kk = k; kk < K; kk++) v += x[kk] * loadw1<DT>(a, (r0 + i) * K + kk);
     out[i] = v;
   }

@@ -180,12 +180,6 @@ constexpr bool kConvertInRegisters = true;
 
 #else  // AVX2 + FMA + F16C
 
-// Sum each of 4 accumulators: returns [Σa, Σb, Σc, Σd].
-inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-  __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 // 8 weights of one row from element k, widened to f32 in registers (the AVX-512 loaders at half
 // the width), and one element for the K % 8 tail. Widening in registers matters most here: a
 // block widened into an L1 tile first (the AVX2 path until 2026-11-27) was 3·K floats written and

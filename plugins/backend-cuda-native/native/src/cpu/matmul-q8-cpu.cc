@@ -125,20 +125,6 @@ inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLay
   reduce_tile<TN>(acc, out);
 }
 
-void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out,
-               const char* pf, int64_t pf_step) {
-  switch (tn) {
-    case 8: dot_q8<8>(w, x, L, out, pf, pf_step); break;
-    case 7: dot_q8<7>(w, x, L, out, pf, pf_step); break;
-    case 6: dot_q8<6>(w, x, L, out, pf, pf_step); break;
-    case 5: dot_q8<5>(w, x, L, out, pf, pf_step); break;
-    case 4: dot_q8<4>(w, x, L, out, pf, pf_step); break;
-    case 3: dot_q8<3>(w, x, L, out, pf, pf_step); break;
-    case 2: dot_q8<2>(w, x, L, out, pf, pf_step); break;
-    default: dot_q8<1>(w, x, L, out, pf, pf_step); break;
-  }
-}
-
 #else  // LOOM_AVX2_Q8_DOT
 
 // One quantised activation row (token) in the scratch: q [K] int8, then |q| [K] (vpmaddubsw's
@@ -227,17 +213,24 @@ inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLay
     }
 }
 
+#endif  // LOOM_AVX512_VNNI
+
+// dot_q8 for a run-time token count (up to kMaxTokens: 8 with AVX-512, 4 with AVX2).
 void dot_q8_tn(int tn, const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out,
                const char* pf, int64_t pf_step) {
   switch (tn) {
+#if LOOM_AVX512
+    case 8: dot_q8<8>(w, x, L, out, pf, pf_step); break;
+    case 7: dot_q8<7>(w, x, L, out, pf, pf_step); break;
+    case 6: dot_q8<6>(w, x, L, out, pf, pf_step); break;
+    case 5: dot_q8<5>(w, x, L, out, pf, pf_step); break;
+#endif
     case 4: dot_q8<4>(w, x, L, out, pf, pf_step); break;
     case 3: dot_q8<3>(w, x, L, out, pf, pf_step); break;
     case 2: dot_q8<2>(w, x, L, out, pf, pf_step); break;
     default: dot_q8<1>(w, x, L, out, pf, pf_step); break;
   }
 }
-
-#endif  // LOOM_AVX512_VNNI
 
 // Row blocks prefetched ahead of the one being dotted (as matmul-cpu.cc's kPrefetchBlocks; 1, 4
 // and 8 measured slower at batch 1). Into L2 (T1), not L1: a batch-1 step was ~2% faster, as the

@@ -1,4 +1,4 @@
-// The matmul micro-kernels' tiles: horizontal reductions of their AVX-512 accumulators and the
+// The matmul micro-kernels' tiles: horizontal reductions of their accumulators and the
 // store of a reduced tile into a job's output (the f32 widening kernel, the bf16 dot kernel and
 // the int8 VNNI kernel share them).
 #pragma once
@@ -53,6 +53,23 @@ inline void reduce_tile(const __m512 (&acc)[TN][kRows], float* out) {
     for (int k = 0; k < n % 4; k++) r[k] = acc[(j + k) / kRows][(j + k) % kRows];
     hsum_upto4(r[0], r[1], r[2], z, n % 4, out + j);
   }
+}
+
+#else  // AVX2
+
+// Sum each of 4 accumulators: returns [Σa, Σb, Σc, Σd] (pairs, then pairs of pairs within each
+// 128-bit half, then the halves).
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+// Σ of a's 8 lanes in hsum4's order, for a sum that must be the bits of a matmul tile's (the
+// one-token LoRA shrink).
+inline float hsum1(__m256 a) {
+  const __m256 p = _mm256_hadd_ps(a, a);  // a0+a1 a2+a3 . . | a4+a5 a6+a7 . .
+  const __m256 q = _mm256_hadd_ps(p, p);  // (a0+a1)+(a2+a3) . . . | (a4+a5)+(a6+a7) . . .
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
 
 #endif  // LOOM_AVX512
