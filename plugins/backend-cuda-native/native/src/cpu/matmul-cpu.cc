@@ -41,8 +41,22 @@ namespace {
 constexpr int64_t kTokenTile = 64;  // tokens per pass over the weights (X tile ~ 64*K*4 bytes in L2)
 // Software prefetch distance in row blocks (~7 KB of f32 rows at K = 576). The hardware
 // prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
-// probe's bandwidth. Into L1 (T0): the distance is short enough not to evict the x tile.
+// probe's bandwidth (a Xeon with AVX-512, into L1: the distance is short enough not to evict the
+// x tile). 4 and 6 blocks measured no better on the AVX2 EPYC below.
 constexpr int64_t kPrefetchBlocks = 2;
+// Where the spread prefetch of later weight rows goes. On the AVX2-only AMD EPYC (2026-11-27,
+// 135M bench model, 2 threads, in one process against T0, median of paired rounds) prefetching
+// into L2 made decode steps faster at every batch: f32 1.42x (B=1), 1.49x (B=4), 1.54x (B=8),
+// 1.26x (B=16); bf16 1.68x, 1.33x, 1.21x (B=16: no change, its rows are widened into a tile and
+// prefetched in a burst). Into L1 each line holds one of the core's few L1 miss buffers until it
+// arrives; into L2 more lines are in flight, and the k-loop's own loads find them in L2 a block
+// later. (matmul-q8-cpu.cc prefetches into L2 for the same reason.) The AVX-512 build keeps L1,
+// as measured on the Xeon; it has not been measured on an AVX-512 AMD CPU.
+#if LOOM_AVX512
+constexpr int kWeightPrefetchHint = _MM_HINT_T0;
+#else
+constexpr int kWeightPrefetchHint = _MM_HINT_T1;
+#endif
 // Up to this many tokens the later block is prefetched in one burst at the start of a block
 // (the step is bandwidth-bound and the burst measured best); above it the prefetches are spread
 // over the k-loop of the dot (dot_block's pf), which took batch-8 f32 steps from ~35 to ~25 ms
@@ -462,14 +476,16 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
   // median 394 -> 343 us, 1-token 242 -> 238 us, paired in one process); the bench model's batch-1
   // and batch-8 decode steps measured the same either way. A worker that starts late still loses
   // its chunk to the caller, which claims whatever is unclaimed.
-  bool few = T <= kMaxTokens;
+  bool few = T <= kFewTokens;
   for (int j = 0; j < njobs && few; j++) few = kQ8InRegisters || jobs[j].w.dtype != DType::Q8;
   if (few) {
     pool_.run([&](int chunk, int nchunks) {
       int64_t b0, b1;
       split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
-      const float* xs[kMaxTokens];
-      for (int i = 0; i < kMaxTokens; i++) xs[i] = x + std::min<int64_t>(i, T - 1) * ldx;
+      // Token tiles of up to kMaxTokens: [0, tn0) and, on AVX2 above 4 tokens, [tn0, T).
+      const int tn0 = int(std::min<int64_t>(T, kMaxTokens)), tn1 = int(T) - tn0;
+      const float* xs[kFewTokens];
+      for (int i = 0; i < kFewTokens; i++) xs[i] = x + std::min<int64_t>(i, T - 1) * ldx;
       constexpr int64_t kRowMask = (int64_t(1) << 40) - 1;
       // The loop below prefetches kPrefetchBlocks ahead: the chunk's own first blocks, at once.
       for (int64_t b = b0; b < std::min(b1, b0 + kPrefetchBlocks); b++)
@@ -480,7 +496,8 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
         const DType dt = job.w.dtype;
         const int64_t K = job.w.cols, rows = job.w.rows, rb = weight_row_bytes(dt, K);
         const char* base = static_cast<const char*>(job.w.data);
-        const DotBlockFn dot = dot_block_for(dt, int(T));
+        const DotBlockFn dot = dot_block_for<kWeightPrefetchHint>(dt, tn0);
+        const DotBlockFn dot1 = tn1 > 0 ? dot_block_for(dt, tn1) : nullptr;
         for (; b < b1 && int(blocks[b] >> 40) == j; b++) {
           const int64_t n0 = blocks[b] & kRowMask;
           const int nrows = int(std::min<int64_t>(kRows, rows - n0));
@@ -498,9 +515,14 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
               pf_off = (pn - n0) * rb;
             }
           }
-          float out[kMaxTokens * kRows];  // [T, kRows]
+          float out[kMaxTokens * kRows];  // [tn, kRows]
           dot(w, xs, K, out, pf_off);
-          store_tile(out, int(T), nrows, job, 0, n0, accumulate);
+          store_tile(out, tn0, nrows, job, 0, n0, accumulate);
+          if (tn1 > 0) {
+            // The block's rows are in L1 now: the second tile reads them again from there.
+            dot1(w, xs + kMaxTokens, K, out, 0);
+            store_tile(out, tn1, nrows, job, kMaxTokens, n0, accumulate);
+          }
         }
       }
     }, pool_.size());
@@ -607,7 +629,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
               }
             }
             float out[kMaxTokens * kRows];  // [tn, kRows]
-            dot_weights(bp.dt, bp.w, xs, tn, K, out, dot_pf, pf_l2);
+            dot_weights(bp.dt, bp.w, xs, tn, K, out, dot_pf, pf_l2 || kWeightPrefetchHint == _MM_HINT_T1);
             store_tile(out, tn, bp.nrows, job, t, bp.n0, accumulate);
           }
         }
