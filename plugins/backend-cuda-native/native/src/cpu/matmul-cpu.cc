@@ -13,8 +13,9 @@
 //     so the x of a 32-token step (73 KB at K = 576, more than L1) is pulled into L1 once per
 //     super-block rather than once per block;
 //   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
-//     vcvtph2ps) when the step has at most kMaxTokens tokens, i.e. one pass over the block; with
-//     more tokens the block is widened once into an L1 tile and every further pass reads f32.
+//     vcvtph2ps) when the step has at most kFewTokens tokens (one register tile with AVX-512, up
+//     to two with AVX2, the second reading the block from L1); with more tokens the block is
+//     widened once into an L1 tile and every further pass reads f32.
 //   - Q8 rows (8-bit weights): with AVX-512 this path serves them only where the CPU lacks VNNI
 //     (matmul-q8-cpu.cc otherwise) and always widens them into the tile (d * q per 32-weight
 //     block); with AVX2 it is their kernel, and few-token passes widen them in registers too.
