@@ -53,11 +53,8 @@ constexpr int64_t kPrefetchBlocks = 2;
 // arrives; into L2 more lines are in flight, and the k-loop's own loads find them in L2 a block
 // later. (matmul-q8-cpu.cc prefetches into L2 for the same reason.) The AVX-512 build keeps L1,
 // as measured on the Xeon; it has not been measured on an AVX-512 AMD CPU.
-#if LOOM_AVX512
-constexpr int kWeightPrefetchHint = _MM_HINT_T0;
-#else
-constexpr int kWeightPrefetchHint = _MM_HINT_T1;
-#endif
+constexpr bool kWeightPrefetchToL2 = !LOOM_AVX512;
+constexpr int kWeightPrefetchHint = kWeightPrefetchToL2 ? _MM_HINT_T1 : _MM_HINT_T0;
 // Up to this many tokens the later block is prefetched in one burst at the start of a block
 // (the step is bandwidth-bound and the burst measured best); above it the prefetches are spread
 // over the k-loop of the dot (dot_block's pf), which took batch-8 f32 steps from ~35 to ~25 ms
@@ -616,7 +613,8 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             // its k-loop: three rows' worth of contiguous bytes at the rows' stride (the block's
             // rows must be contiguous), as an offset from the rows.
             int64_t dot_pf = t == t0 ? bp.pf_off : 0;
-            bool pf_l2 = false;
+            // The weights' own prefetch goes where kWeightPrefetchHint says; a hint's, to L2.
+            bool pf_l2 = kWeightPrefetchToL2;
             const int64_t hint_hi = nhint ? hint_bytes * (b + 1) / nblocks : 0;
             if (nhint && t0 == 0 && dot_pf == 0 && hcur < hint_hi && hreg < nhint && bp.nrows == kRows) {
               const int64_t start = hint_end[hreg] - hint[hreg].bytes;
@@ -630,7 +628,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
               }
             }
             float out[kMaxTokens * kRows];  // [tn, kRows]
-            dot_weights(bp.dt, bp.w, xs, tn, K, out, dot_pf, pf_l2 || kWeightPrefetchHint == _MM_HINT_T1);
+            dot_weights(bp.dt, bp.w, xs, tn, K, out, dot_pf, pf_l2);
             store_tile(out, tn, bp.nrows, job, t, bp.n0, accumulate);
           }
         }

@@ -82,7 +82,7 @@ void quantize_row(const float* x, const XqLayout& L, uint8_t* out) {
 // The micro-kernel. Semantics: for t < TN, r < kRows: out[t*kRows + r] =
 //   Σ_b dw[r,b] · dx[t,b] · Σ_{k in b} qw[r,k] · qx[t,k]
 // w: kRows Q8 rows (row length K), x: TN quantised rows (XqLayout). pf: bytes prefetched into
-// L1 one line per k-step from pf (a later block's rows; null: none).
+// L2, pf_step per block pair, from pf (a later block's rows; null: none).
 template <int TN>
 inline void dot_q8(const uint8_t* const* w, const uint8_t* const* x, const XqLayout& L, float* out, const char* pf,
                    int64_t pf_step) {
@@ -270,8 +270,8 @@ void CpuDevice::matmul_q8(const float* x, int64_t T, int64_t ldx, const MatmulJo
   const int64_t vnni_bytes = (T * L.stride + 63) / 64 * 64, amx_bytes = amx ? ttiles * nb * (512 + 64) : 0;
   if (int64_t(xq_.size()) < vnni_bytes + amx_bytes + 64) xq_.resize(size_t(vnni_bytes + amx_bytes + 64));
   uint8_t* xq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(xq_.data()) + 63) & ~uintptr_t(63));
-  int8_t* xv = reinterpret_cast<int8_t*>(xq + vnni_bytes);
-  float* dxs = reinterpret_cast<float*>(xq + vnni_bytes + ttiles * nb * 512);
+  [[maybe_unused]] int8_t* xv = reinterpret_cast<int8_t*>(xq + vnni_bytes);
+  [[maybe_unused]] float* dxs = reinterpret_cast<float*>(xq + vnni_bytes + ttiles * nb * 512);
   if (!amx && T * L.K <= kQ8InlineQuantizeElems) {
     for (int64_t t = 0; t < T; t++) quantize_row(x + t * ldx, L, xq + t * L.stride);
   } else {
