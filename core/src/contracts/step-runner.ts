@@ -223,7 +223,9 @@ export interface StepOutput {
 
 /**
  * One forward step at a time. Calls to `step` never overlap (the engine awaits each); adapter
- * loads may run between steps. Heavy work must run off the JS thread.
+ * loads may run between steps. Heavy work must run off the JS thread: a step may run on it only
+ * when it is known to be short (the native runner's `inline_step_max_us`). The engine yields to
+ * the event loop after every step, so I/O is served between steps either way.
  */
 export interface StepRunner {
   /** Load weights, allocate the KV cache, and report the model's facts. Called once. */

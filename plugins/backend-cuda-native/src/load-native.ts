@@ -122,6 +122,8 @@ export interface NativeRuntime {
   loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
   unload(slot: number): void
   step(packed: NativePackedStep): Promise<void>
+  /** The same step on the calling (JS) thread, blocking it until done; throws what `step` rejects with. */
+  stepNow(packed: NativePackedStep): void
   /** Steps run since the last call, their native wall time and the part spent in LoRA kernels; resets. */
   profile(): NativeStepProfile
   close(): void

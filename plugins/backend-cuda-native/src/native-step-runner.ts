@@ -15,9 +15,16 @@ import {
   type StepOutput,
   type StepRunner,
 } from '@loom/core'
-import { loadNative, type NativeLoraModule, type NativeRuntime, type NativeStepProfile } from './load-native.ts'
+import {
+  loadNative,
+  type NativeLoraModule,
+  type NativePackedStep,
+  type NativeRuntime,
+  type NativeStepProfile,
+} from './load-native.ts'
 import { readModelConfig, type ParsedModelConfig } from './model-config.ts'
 import { defaultThreads, nativeOptionsSchema, type NativeOptions, type NativeOptionsInput } from './runner-options.ts'
+import { InlineStepPolicy } from './inline-steps.ts'
 import { indexSafetensors } from './safetensors-index.ts'
 import { packStep, StepBuffers } from './step-packer.ts'
 
@@ -53,6 +60,9 @@ export class NativeStepRunner implements StepRunner {
   private closed = false
   /** Every step's input and output arrays, reused (see `StepOutput`: valid until the next step). */
   private readonly buffers = new StepBuffers()
+  /** Which steps are short enough to run on the JS thread (`inline_step_max_us`). */
+  private readonly inlineSteps: InlineStepPolicy
+  private inlineStepCount = 0
 
   /**
    * @param modelPath a Hugging Face model folder (`config.json` + safetensors).
@@ -65,6 +75,7 @@ export class NativeStepRunner implements StepRunner {
   ) {
     this.modelPath = modelPath
     this.options = nativeOptionsSchema.parse(options)
+    this.inlineSteps = new InlineStepPolicy(this.options.inline_step_max_us)
   }
 
   async load(): Promise<ModelSpec> {
@@ -193,13 +204,7 @@ export class NativeStepRunner implements StepRunner {
       },
       this.buffers,
     )
-    const run = runtime.step(packed)
-    this.inflight = run.catch(() => undefined)
-    try {
-      await run
-    } catch (err) {
-      throw fromNative(err, {})
-    }
+    await this.run(runtime, packed)
     return {
       tokens: packed.sampledTokens,
       logprobs: packed.sampledLogprobs,
@@ -211,12 +216,34 @@ export class NativeStepRunner implements StepRunner {
     }
   }
 
+  /** Run a packed step on the JS thread when it is predicted to be short (`inline_step_max_us`), else on a worker. */
+  private async run(runtime: NativeRuntime, packed: NativePackedStep): Promise<void> {
+    const tokens = packed.tokens.length
+    const started = performance.now()
+    try {
+      if (this.inlineSteps.inline(tokens)) {
+        runtime.stepNow(packed)
+        this.inlineStepCount++
+      } else {
+        const run = runtime.step(packed)
+        this.inflight = run.catch(() => undefined)
+        await run
+      }
+    } catch (err) {
+      throw fromNative(err, {})
+    }
+    this.inlineSteps.record(tokens, (performance.now() - started) * 1000)
+  }
+
   /**
-   * Native timing since the last call (steps, their wall time, the part in LoRA kernels), then
-   * reset. For the benchmark; not part of the `StepRunner` contract.
+   * Native timing since the last call (steps, their wall time, the part in LoRA kernels) and how
+   * many of those steps ran on the JS thread (`inline_step_max_us`), then reset. For the
+   * benchmark and tests; not part of the `StepRunner` contract.
    */
-  profile(): NativeStepProfile {
-    return this.ready().profile()
+  profile(): NativeStepProfile & { readonly inlineSteps: number } {
+    const inlineSteps = this.inlineStepCount
+    this.inlineStepCount = 0
+    return { ...this.ready().profile(), inlineSteps }
   }
 
   async close(): Promise<void> {

@@ -36,6 +36,14 @@ export const nativeOptionsSchema = z.strictObject({
    * keep their dtype. cpu device only for now; input sizes must be multiples of 32.
    */
   weights: z.enum(['auto', 'int8']).default('auto'),
+  /**
+   * Steps predicted to take at most this many microseconds run on the JS thread; longer ones run
+   * on a worker thread while the JS thread serves HTTP and streams. Handing a step to a worker and
+   * back costs two thread wake-ups (~40-70 µs on a 2-core VM, where a demo-model decode step
+   * computes for ~100 µs); a step on the JS thread delays other requests' I/O by its length.
+   * 0: every step on a worker.
+   */
+  inline_step_max_us: z.number().int().min(0).max(1_000_000).default(1000),
   /** Cap on the context length reported to the engine (default: the model's, bounded by the cache). */
   max_context_length: z.number().int().min(1).optional(),
 })

@@ -4,6 +4,8 @@
 // core/src/errors/registry.ts); C++ never throws across the boundary (node-addon-api is built
 // with NAPI_DISABLE_CPP_EXCEPTIONS, and native code reports failure through loom::Status).
 // Loading and stepping run on libuv's worker threads (Napi::AsyncWorker) and settle Promises;
+// stepNow runs a step on the JS thread instead, for steps the caller knows to be short (handing a
+// step to a worker and back costs two thread wake-ups, a large share of a tiny model's step);
 // typed arrays are checked here, with their dtype and every dimension in the message, so the
 // model code receives only plain pointers and checked lengths.
 #include <napi.h>
@@ -94,6 +96,18 @@ Status integer(const Napi::Object& obj, const char* key, T* out) {
   return Status::Ok();
 }
 
+// Run `work`, turning a C++ exception (an allocation that failed) into a Status: none may cross
+// the N-API boundary.
+Status guarded(const std::function<Status()>& work) {
+  try {
+    return work();
+  } catch (const std::bad_alloc&) {
+    return Status::Error("native_error", "out of memory");
+  } catch (...) {
+    return Status::Error("native_error", "unexpected C++ exception");
+  }
+}
+
 // An AsyncWorker that runs `work` off the JS thread and settles a Promise with `result` or
 // with the Status error. `keep` pins JS objects (typed arrays) for the duration.
 class PromiseWorker : public Napi::AsyncWorker {
@@ -109,15 +123,7 @@ class PromiseWorker : public Napi::AsyncWorker {
   void keep(Napi::Value v) { keep_.push_back(Napi::Persistent(v)); }
   Napi::Promise promise() { return deferred_.Promise(); }
 
-  void Execute() override {
-    try {
-      status_ = work_();
-    } catch (const std::bad_alloc&) {
-      status_ = Status::Error("native_error", "out of memory");
-    } catch (...) {
-      status_ = Status::Error("native_error", "unexpected C++ exception");
-    }
-  }
+  void Execute() override { status_ = guarded(work_); }
   void OnOK() override {
     Napi::Env env = Env();
     if (done_) done_();
@@ -147,7 +153,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return DefineClass(env, "Runtime",
                        {InstanceMethod("load", &Runtime::Load), InstanceMethod("loadLora", &Runtime::LoadLora),
                         InstanceMethod("loadMedusa", &Runtime::LoadMedusa), InstanceMethod("unload", &Runtime::Unload),
-                        InstanceMethod("step", &Runtime::Step), InstanceMethod("profile", &Runtime::Profile),
+                        InstanceMethod("step", &Runtime::Step), InstanceMethod("stepNow", &Runtime::StepNow),
+                        InstanceMethod("profile", &Runtime::Profile),
                         InstanceMethod("close", &Runtime::Close)});
   }
   explicit Runtime(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Runtime>(info) {}
@@ -438,15 +445,31 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   //   scores Float32Array [C], walkEnds [R], draftIds [Σ heads, draftTopK].
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
-    Status st = usable();
-    if (!st.ok()) return throw_status(env, st);
-    if (!info[0].IsObject()) return throw_status(env, bad_arg("step(packed): packed must be an object"));
-    Napi::Object p = info[0].As<Napi::Object>();
     auto in = std::make_shared<loom::StepInput>();
-    st = parse_step(p, in.get());
+    const Status st = parse_step_arg(info, "step", in.get());
     if (!st.ok()) return throw_status(env, st);
     loom::LlamaModel* model = model_.get();
     return queue(env, [model, in] { return model->step(*in); }, nullptr, {info[0]});
+  }
+
+  // stepNow(p) -> undefined: the same step as step(p), run on the calling (JS) thread, which
+  // blocks until it is done; throws what step(p) would reject with. For steps the caller knows
+  // to be short. Steps never overlap (the engine's contract), so the device and its thread pool
+  // have one caller either way; a worker still running an adapter load is told apart by the slot
+  // states, as with step(p).
+  Napi::Value StepNow(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    loom::StepInput in;
+    Status st = parse_step_arg(info, "stepNow", &in);
+    if (st.ok()) st = guarded([&] { return model_->step(in); });
+    if (!st.ok()) return throw_status(env, st);
+    return env.Undefined();
+  }
+
+  Status parse_step_arg(const Napi::CallbackInfo& info, const char* method, loom::StepInput* in) {
+    LOOM_RETURN_IF_ERROR(usable());
+    if (!info[0].IsObject()) return bad_arg(std::string(method) + "(packed): packed must be an object");
+    return parse_step(info[0].As<Napi::Object>(), in);
   }
 
   // Turn the packed step into a StepInput of raw pointers. Every array's dtype is checked, and
