@@ -546,6 +546,8 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
   private recordStepCost(rows: readonly PlannedRow[], ms: number): void {
     const policy = this.treePolicy
     if (policy === null) return
+    // The policy's own exploration book-keeping is not what the step costs (see there).
+    ms -= policy.takeExplorationMs()
     let work = 0
     let tree = false
     for (const planned of rows) {

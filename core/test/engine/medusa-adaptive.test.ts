@@ -124,6 +124,62 @@ t.test(
   },
 )
 
+t.test('a probe of plain decoding decodes plainly: its step runs no heads, so plain steps get measured', async (t) => {
+  // Trees of one candidate pay (it is accepted 3 walks in 5, its children never; steps cost 1 ms
+  // plus 0.3 ms per unit of work beyond 5): the policy picks k = 1, and every 32nd decision probes
+  // the smaller neighbour, plain decoding.
+  const one = onePolicy()
+  const { tree } = one.family.full
+  for (let i = 0; i < 60; i++) {
+    one.policy.recordStep(1, 1, false)
+    const work = [6, 7, 10, 30][i % 4]!
+    one.policy.recordStep(work, 1 + 0.3 * (work - 5))
+    const hit = i % 5 < 3
+    one.policy.recordChildren('k', one.family.full, 0, tree.size, hit ? 1 : -1)
+    if (hit) one.policy.recordChildren('k', one.family.full, 1, tree.size, -1)
+  }
+  const choices: number[] = []
+  for (let i = 0; i < 64 && !choices.includes(0); i++) {
+    choices.push(one.choose(1, 4, 4))
+    if (choices.at(-1) !== 0) t.ok(one.wantsHeads(), 'a tree: the heads run for the next draft')
+  }
+  t.equal(choices[0], 1, 'the smallest tree pays')
+  t.equal(choices.at(-1), 0, `a probe chose plain decoding (decision ${choices.length})`)
+  // Before, a probe's plain choice (no plain streak) let the heads run in its own step: the next
+  // step had a draft and chose again, no step ever decoded plainly, and plain decoding's cost was
+  // only ever extrapolated from tree steps.
+  t.equal(one.policy.takeExplorationMs(), 0, 'no stretch computed yet: nothing to take off a step')
+  t.notOk(one.wantsHeads(), "the probe's step decodes without heads")
+  // That step computed the plain run's stretch (a cost fit per tree size); the engine takes the
+  // time off the step's measured cost, so the one plain step measured is not costed as more.
+  const ms = one.policy.takeExplorationMs()
+  t.ok(ms > 0 && ms < 1000, `the stretch's computing time is handed over (${ms.toFixed(4)} ms)`)
+  t.equal(one.policy.takeExplorationMs(), 0, 'and only once')
+  t.ok(one.wantsHeads(), 'the step after it runs them, for the next draft')
+  t.equal(one.policy.takeExplorationMs(), 0, 'the stretch was reused')
+})
+
+t.test('a tree that only breaks even is not taken: plain decoding', async (t) => {
+  // One candidate, accepted 13 walks in 20, in a step costing 1.62x a plain one: 1.65 tokens for
+  // 1.62 steps' time is 2% ahead on paper, inside the estimates' noise (TREE_MARGIN). The same
+  // acceptance at 1.3x a plain step (27% ahead) is taken.
+  const choose = (treeCost: number): number => {
+    const one = onePolicy()
+    const { tree } = one.family.full
+    for (let i = 0; i < 60; i++) {
+      one.policy.recordStep(1, 1, false)
+      const work = [6, 7, 10, 30][i % 4]!
+      one.policy.recordStep(work, treeCost + 0.3 * (work - 6))
+      const hit = i % 20 < 13
+      one.policy.recordChildren('k', one.family.full, 0, tree.size, hit ? 1 : -1)
+      if (hit) one.policy.recordChildren('k', one.family.full, 1, tree.size, -1)
+    }
+    return one.choose(1, 4, 4)
+  }
+  t.equal(choose(1.62), 0, 'break-even: plain decoding')
+  t.equal(choose(1.3), 1, 'a clear gain: the smallest tree')
+})
+
 t.test('hopeless keys in one step share the exploration budget: three keys try a third as often', async (t) => {
   const firstTry = (keys: number): number => {
     const one = onePolicy()

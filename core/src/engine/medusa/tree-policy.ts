@@ -11,6 +11,15 @@ const PROBE_EVERY = 16
 /** Rows that do not speculate may be slowed this much by the trees of others in their step (noise). */
 const PLAIN_SLACK = 0.03
 /**
+ * Trees must promise this much more than plain decoding's rate. Near break-even the estimates'
+ * noise (acceptance, fitted costs) picks the side, and a wrongly chosen tree costs more than its
+ * estimate: the tokens it emits are streamed between steps, outside the measured step. The demo
+ * model's base heads are at break-even on an AVX2 EPYC (a 1-candidate tree at ~1.65x a plain
+ * step's cost for ~1.65 tokens): run to run the policy settled on trees or on plain decoding,
+ * and the runs with trees served 0.89-0.94x the tokens/s of the server without speculation.
+ */
+const TREE_MARGIN = 0.05
+/**
  * Acceptance evidence fades by this factor per row verified under the key (a window of about 200
  * walks), so a key's estimates follow its traffic (a stretch of loops, a new kind of prompt)
  * instead of freezing after the first thousand steps. Nothing fades while the key decodes plainly.
@@ -203,6 +212,7 @@ interface GroupCurve {
  *   speculating group needs `E_g(k_g) / cost ≥ 1 / cost₀`, and rows that do not speculate (other
  *   rows, groups at `k = 0`) allow the step to cost at most `PLAIN_SLACK` more than `cost₀`. So a
  *   large batch, where a step costs per token, speculates only where acceptance pays for it.
+ *   The best sizes stand only if their rate beats the all-plain step's by `TREE_MARGIN`.
  * - Exploration: until `WARMUP_STEPS` tree steps were measured, sizes cycle from the full tree
  *   down by halves; after that every `PROBE_EVERY`-th decision of a key takes a neighbouring size.
  *   After a plain choice, rows skip drafting (Medusa rows their heads, prompt-lookup rows their
@@ -226,6 +236,8 @@ export class AdaptiveTreePolicy {
   /** What a decode step costs by its work, with trees and without, as measured (shared: a step's time is the step's). */
   private readonly costs = new StepCosts()
   private treeSteps = 0
+  /** Time spent computing draftless stretches since `takeExplorationMs` last asked (see there). */
+  private explorationMs = 0
 
   constructor(maxKeys = DEFAULT_POLICY_KEYS) {
     if (!Number.isInteger(maxKeys) || maxKeys < 1) throw new RangeError('maxKeys must be a positive integer')
@@ -260,6 +272,20 @@ export class AdaptiveTreePolicy {
         stats.takenAll++
       }
     }
+  }
+
+  /**
+   * Milliseconds this policy spent since the last call deciding how long plain runs go without
+   * drafts (`wantsDraft`'s stretch: an optimistic curve and a cost fit per tree size), then reset.
+   * The engine takes it off the step's measured time: the stretch is computed in the first plan
+   * of a plain run and then reused, so in steady plain decoding it costs next to nothing, but it
+   * falls on exactly the steps that measure plain decoding after a probe (the demo model: ~50 µs
+   * on a 165 µs step, which made plain decoding look 1.5x its cost and 1-candidate trees pay).
+   */
+  takeExplorationMs(): number {
+    const ms = this.explorationMs
+    this.explorationMs = 0
+    return ms
   }
 
   /**
@@ -331,12 +357,19 @@ export class AdaptiveTreePolicy {
       plan.keys !== keys ||
       s.idlePlans - plan.since >= PROBE_EVERY
     ) {
+      const started = performance.now()
       plan = { rows, otherRows, keys, since: s.idlePlans, ...this.draftlessStretch(s, rows, otherRows, keys) }
       s.stretch = plan
+      this.explorationMs += performance.now() - started
     }
     // Hoping for nothing: no ramp of short stretches.
     if (!plan.hopeful) return ++s.idlePlans % plan.steps === 0
-    return ++s.idlePlans % Math.min(plan.steps, 2 ** s.plainStreak) === 0
+    // At least one step without a draft, also after a probe's plain choice (streak 0): else the
+    // rows run their heads in the very step that chose plain, the next step has a draft again, and
+    // no step of the key ever decodes plainly, so plain decoding's cost is never measured, only
+    // extrapolated from tree steps (the demo model's base rows, heads only: every step verified a
+    // tree of 1-2 candidates, 0.93x plain decoding).
+    return ++s.idlePlans % Math.min(plan.steps, 2 ** Math.max(1, s.plainStreak)) === 0
   }
 
   /**
@@ -451,7 +484,7 @@ export class AdaptiveTreePolicy {
     const alone = curves.map(({ expected, work }, i) => {
       const rows = groups[i]!.rows
       let best = 0
-      let bestRate = rows / fit.cost(rows, false, stepRows)
+      let bestRate = (rows / fit.cost(rows, false, stepRows)) * (1 + TREE_MARGIN)
       for (let k = 1; k < expected.length; k++) {
         const rate = (rows * expected[k]!) / fit.cost(rows * work[k]!, true, stepRows)
         if (rate > bestRate) {
@@ -473,12 +506,17 @@ export class AdaptiveTreePolicy {
       rows: stepRows,
       cost0: fit.cost(plainWork, false, stepRows),
     }
+    const plainRate = stepRate(
+      step,
+      groups.map(() => 0),
+    )
     const fromPlain = ascend(
       step,
       groups.map(() => 0),
     )
     const fromAlone = ascend(step, alone)
-    return fromAlone.rate > fromPlain.rate ? fromAlone.ks : fromPlain.ks
+    const best = fromAlone.rate > fromPlain.rate ? fromAlone : fromPlain
+    return best.rate > plainRate * (1 + TREE_MARGIN) ? best.ks : groups.map(() => 0)
   }
 
   /**
