@@ -11,12 +11,12 @@ const PROBE_EVERY = 16
 /** Rows that do not speculate may be slowed this much by the trees of others in their step (noise). */
 const PLAIN_SLACK = 0.03
 /**
- * Trees must promise this much more than plain decoding's rate. Near break-even the estimates'
- * noise (acceptance, fitted costs) picks the side, and a wrongly chosen tree costs more than its
- * estimate: the tokens it emits are streamed between steps, outside the measured step. The demo
- * model's base heads are at break-even on an AVX2 EPYC (a 1-candidate tree at ~1.65x a plain
- * step's cost for ~1.65 tokens): run to run the policy settled on trees or on plain decoding,
- * and the runs with trees served 0.89-0.94x the tokens/s of the server without speculation.
+ * Trees must promise this much more than plain decoding's rate (the whole step's, so a group
+ * whose gain is a small share of a large batch decodes plainly). Near break-even the estimates'
+ * noise (acceptance, fitted costs) picks the side: the demo model's base heads are at break-even
+ * on an AVX2 EPYC (a 1-candidate tree at ~1.65x a plain step's cost for ~1.65 tokens), the policy
+ * settled on trees in some runs and on plain decoding in others, and the runs with trees served
+ * 0.89-0.94x the tokens/s of the server without speculation.
  */
 const TREE_MARGIN = 0.05
 /**
