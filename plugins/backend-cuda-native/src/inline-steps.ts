@@ -15,7 +15,7 @@
  * (longer contexts, more adapters) moves to a worker when they pass the bound.
  */
 export class InlineStepPolicy {
-  /** By `floor(log2(tokens))`: the last step's wall time (µs) and tokens; NaN: none yet. */
+  /** By size class (`sizeClass`): the last step's wall time (µs) and tokens; absent: none yet. */
   private readonly lastUs: number[] = []
   private readonly lastTokens: number[] = []
 

@@ -506,10 +506,8 @@ export class AdaptiveTreePolicy {
       rows: stepRows,
       cost0: fit.cost(plainWork, false, stepRows),
     }
-    const plainRate = stepRate(
-      step,
-      groups.map(() => 0),
-    )
+    // Every row plain: the step's rows over its plain cost (what stepRate gives for all zeros).
+    const plainRate = stepRows / step.cost0
     const fromPlain = ascend(
       step,
       groups.map(() => 0),
