@@ -165,6 +165,12 @@ export interface StepRow {
    * row, at the walk's end node of a verification row. Only with `sampling`.
    */
   readonly medusaSlot: number
+  /**
+   * How many of `medusaSlot`'s heads run: its first `medusaHeads` (head `d` drafts depth `d + 1`),
+   * 1 to the slot's heads; 0 when `medusaSlot` is -1. The engine asks only for the depth the next
+   * tree may use (a 1-candidate tree needs head 0 alone), since every head costs an LM-head row.
+   */
+  readonly medusaHeads: number
 }
 
 /**
@@ -215,7 +221,7 @@ export interface StepOutput {
    */
   readonly walkEnds: Int32Array
   /**
-   * `[Σ rows with heads, heads of the row's slot, StepBatch.draftTopK]` each head's best ids at the
+   * `[Σ rows with heads, the row's medusaHeads, StepBatch.draftTopK]` each head's best ids at the
    * row's sampling end, best first, ties to the lower id (-1 past a head's non-NaN values).
    */
   readonly draftIds: Int32Array

@@ -551,10 +551,10 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     let work = 0
     let tree = false
     for (const planned of rows) {
-      const { seq, row, treeNodes } = planned
+      const { row, treeNodes } = planned
       tree ||= treeNodes > 0
       if (!isDecodeRow(planned)) return
-      work += row.tokens.length + (row.medusaSlot >= 0 ? seq.request.speculator!.size : 0)
+      work += row.tokens.length + row.medusaHeads
     }
     policy.recordStep(work, ms, tree, rows.length)
   }
@@ -598,7 +598,7 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
       seq.draft = null
       return
     }
-    const heads = draftFromIds(this.tree, seq.request.speculator!.size, output.draftIds, draftAt, k)
+    const heads = draftFromIds(this.tree, planned.row.medusaHeads, output.draftIds, draftAt, k)
     // With prompt lookup on, a full n-gram match puts its continuation on the heads' top-1 path.
     const lookup = this.promptLookup
     const { grammar, sampling } = seq.request

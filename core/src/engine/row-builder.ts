@@ -37,10 +37,10 @@ function takeCopy(seq: Sequence, blockTable: Int32Array): KvCopy | null {
 /**
  * Build the row that feeds `tokens[cacheLen, cacheLen + chunk)` of a sequence whose blocks already
  * cover `cacheLen + chunk` entries: linear positions, causal attention. A chunk that reaches the
- * end of the known tokens samples the next one; with `medusa`, the heads run there too, so the
- * next step has candidates to verify.
+ * end of the known tokens samples the next one; with `medusaHeads` > 0, the first that many of the
+ * sequence's heads run there too, so the next step has candidates to verify.
  */
-export function buildRow(seq: Sequence, chunk: number, vocabSize: number, medusa = false): PlannedRow {
+export function buildRow(seq: Sequence, chunk: number, vocabSize: number, medusaHeads = 0): PlannedRow {
   const start = seq.cacheLen
   const end = start + chunk
   const tokens = Int32Array.from(seq.tokens.slice(start, end))
@@ -54,7 +54,7 @@ export function buildRow(seq: Sequence, chunk: number, vocabSize: number, medusa
     scoreTargets = new Int32Array(chunk)
     for (let i = 0; i < chunk; i++) scoreTargets[i] = start + i + 1 < seq.promptLength ? seq.tokens[start + i + 1]! : -1
   }
-  const heads = medusa && samples && seq.medusaSlot >= 0
+  const heads = medusaHeads > 0 && samples && seq.medusaSlot >= 0
   const blockTable = Int32Array.from(seq.blocks)
   const row: StepRow = {
     seqId: seq.seqId,
@@ -66,6 +66,7 @@ export function buildRow(seq: Sequence, chunk: number, vocabSize: number, medusa
     sampling: samples ? rowSampling(seq, vocabSize, null) : null,
     scoreTargets,
     medusaSlot: heads ? seq.medusaSlot : -1,
+    medusaHeads: heads ? medusaHeads : 0,
   }
   return { seq, row, chunk, samples, prefillLogits, treeNodes: 0, subTree: null, kvCopy: takeCopy(seq, blockTable) }
 }
@@ -75,10 +76,17 @@ export function buildRow(seq: Sequence, chunk: number, vocabSize: number, medusa
  * lookup's): the last sampled token (the root, not yet in the cache) plus the first `nodes - 1`
  * candidates of `subTree` (a tree of the family, its candidates taken from the draft of the full
  * tree), at positions `cacheLen + depth`, attending to their ancestors only. Every node is sampled;
- * the heads (if any) run where the runner's walk ends, which is where the engine's walk ends too.
- * The sequence's blocks must cover `cacheLen + nodes` entries.
+ * the first `medusaHeads` of the sequence's heads (if it has any) run where the runner's walk
+ * ends, which is where the engine's walk ends too. The sequence's blocks must cover
+ * `cacheLen + nodes` entries.
  */
-export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number, vocabSize: number): PlannedRow {
+export function buildTreeRow(
+  seq: Sequence,
+  subTree: SubTree,
+  nodes: number,
+  vocabSize: number,
+  medusaHeads: number,
+): PlannedRow {
   const start = seq.cacheLen
   const draft = seq.draft!
   const { tree, fullNode } = subTree
@@ -102,6 +110,7 @@ export function buildTreeRow(seq: Sequence, subTree: SubTree, nodes: number, voc
     sampling: rowSampling(seq, vocabSize, { tokens, parents: tree.parent.subarray(0, nodes) }),
     scoreTargets: NO_INDICES,
     medusaSlot: seq.medusaSlot,
+    medusaHeads: seq.medusaSlot >= 0 ? medusaHeads : 0,
   }
   return {
     seq,

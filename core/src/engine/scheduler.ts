@@ -209,7 +209,7 @@ export class Scheduler {
       const tree = trees?.get(seq)
       rows.push(
         tree !== undefined
-          ? buildTreeRow(seq, tree.subTree, tree.nodes, this.vocabSize)
+          ? buildTreeRow(seq, tree.subTree, tree.nodes, this.vocabSize, headsToRun(seq, asks))
           : buildRow(seq, 1, this.vocabSize, wantsHeads(seq, asks)),
       )
     }
@@ -397,9 +397,19 @@ interface DraftAsks {
   keyRows: Map<string, number> | null
 }
 
-/** Whether a plain row of `seq` runs its Medusa heads this step (see `wantsDraft`). */
-function wantsHeads(seq: Sequence, asks: DraftAsks): boolean {
-  return seq.medusaSlot >= 0 && wantsDraft(seq, asks)
+/** How many Medusa heads a plain row of `seq` runs this step: none unless it drafts (see `wantsDraft`). */
+function wantsHeads(seq: Sequence, asks: DraftAsks): number {
+  return seq.medusaSlot >= 0 && wantsDraft(seq, asks) ? headsToRun(seq, asks) : 0
+}
+
+/**
+ * How many of `seq`'s Medusa heads run where its row's sampling ends, for the next step's draft:
+ * as deep as the policy's trees for the key may go (`AdaptiveTreePolicy.headsFor`), else all.
+ */
+function headsToRun(seq: Sequence, asks: DraftAsks): number {
+  if (seq.medusaSlot < 0) return 0
+  const all = seq.request.speculator!.size
+  return asks.speculation?.policy?.headsFor(seq.policyKey, all) ?? all
 }
 
 /**

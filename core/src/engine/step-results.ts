@@ -36,11 +36,11 @@ export class StepResults {
     let sampled = 0
     let score = 0
     let draft = 0
-    for (const { seq, row } of rows) {
+    for (const { row } of rows) {
       offsets.push({ sampled, score, draft })
       if (row.sampling !== null) sampled += row.treeMask !== undefined ? row.tokens.length : 1
       for (const target of row.scoreTargets) if (target >= 0) score++
-      if (row.medusaSlot >= 0) draft += seq.request.speculator!.size * batch.draftTopK
+      if (row.medusaSlot >= 0) draft += row.medusaHeads * batch.draftTopK
     }
     const counts: [string, number, number][] = [
       ['tokens', output.tokens.length, sampled],

@@ -56,6 +56,7 @@ export interface RecordedRow {
   readonly blockTable: number[]
   readonly treeMask: number[] | null
   readonly medusaSlot: number
+  readonly medusaHeads: number
 }
 
 export interface RecordedCopy {
@@ -217,6 +218,7 @@ export class FakeStepRunner implements StepRunner {
           blockTable: [...row.blockTable],
           treeMask: row.treeMask === undefined ? null : [...row.treeMask],
           medusaSlot: row.medusaSlot,
+          medusaHeads: row.medusaHeads,
         })),
       )
       this.copies.push(batch.kvCopies.map((c) => ({ blockTable: [...c.blockTable], from: [...c.from], to: [...c.to] })))
@@ -314,9 +316,13 @@ export class FakeStepRunner implements StepRunner {
       }
       if (row.scoreTargets.length !== 0 && row.scoreTargets.length !== n)
         this.violations.push(`${where}: scoreTargets not [n]`)
+      if (row.medusaSlot < 0 && row.medusaHeads !== 0)
+        this.violations.push(`${where}: medusaHeads ${row.medusaHeads} without a medusa slot`)
       if (row.medusaSlot >= 0) {
-        if (this.headsOf(row.medusaSlot) === 0)
-          this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
+        const slotHeads = this.headsOf(row.medusaSlot)
+        if (slotHeads === 0) this.violations.push(`${where}: medusa slot ${row.medusaSlot} holds no heads`)
+        else if (!(row.medusaHeads >= 1 && row.medusaHeads <= slotHeads))
+          this.violations.push(`${where}: medusaHeads ${row.medusaHeads} outside [1, ${slotHeads}]`)
         if (row.sampling === null) this.violations.push(`${where}: heads on a row that samples nothing`)
       }
     }
@@ -329,13 +335,12 @@ export class FakeStepRunner implements StepRunner {
       },
       heads: (r, i) => {
         const row = batch.rows[r]!
-        const count = this.headsOf(row.medusaSlot)
+        const count = row.medusaHeads
         const out = count * V <= heads.length ? heads : new Float32Array(count * V)
         for (let head = 0; head < count; head++)
           this.headLogits(rowHashes[r]![i] ?? 0, rowSalts[r]!, head, out, head * V, row.loraSlot >= 0)
         return { data: out, offset: 0 }
       },
-      headCount: (slot) => this.headsOf(slot),
     })
   }
 

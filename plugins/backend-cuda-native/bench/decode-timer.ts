@@ -46,6 +46,7 @@ class BenchSequence {
       sampling: GREEDY_ROW_SAMPLING,
       scoreTargets: new Int32Array(0),
       medusaSlot: -1,
+      medusaHeads: 0,
     }
     this.cacheLen += n
     return row

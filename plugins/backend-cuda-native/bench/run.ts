@@ -87,6 +87,7 @@ async function timePrefill(runner: NativeStepRunner, tokens: number, blockSize: 
     sampling: GREEDY_ROW_SAMPLING,
     scoreTargets: new Int32Array(0),
     medusaSlot: -1,
+    medusaHeads: 0,
   }
   const t0 = process.hrtime.bigint()
   await runner.step({ rows: [row], kvCopies: [], topLogprobs: 0, draftTopK: 1 })

@@ -67,6 +67,7 @@ function row(tokens: readonly number[], score: boolean): StepRow {
     sampling: score ? null : GREEDY_ROW_SAMPLING,
     scoreTargets: score ? Int32Array.from(tokens, (_, i) => (i + 1 < n ? tokens[i + 1]! : -1)) : new Int32Array(0),
     medusaSlot: -1,
+    medusaHeads: 0,
   }
 }
 

@@ -55,7 +55,7 @@ export class NativeStepRunner implements StepRunner {
   private spec: ModelSpec | null = null
   private config: ParsedModelConfig | null = null
   /** Per slot: null when free, else what it holds (Medusa: its head count). */
-  private readonly slots: ({ kind: 'lora' } | { kind: 'medusa'; heads: number } | { kind: 'loading' } | null)[] = []
+  private readonly slots: ({ kind: 'lora' } | { kind: 'medusa' } | { kind: 'loading' } | null)[] = []
   private inflight: Promise<unknown> = Promise.resolve()
   private closed = false
   /** Every step's input and output arrays, reused (see `StepOutput`: valid until the next step). */
@@ -153,7 +153,7 @@ export class NativeStepRunner implements StepRunner {
           ...(h.lmHead ? { lmHead: h.lmHead } : {}),
         }))
         await runtime.loadMedusa(slot, weights.numLayers, heads)
-        this.slots[slot] = { kind: 'medusa', heads: weights.numHeads }
+        this.slots[slot] = { kind: 'medusa' }
       }
       return slot
     } catch (err) {
@@ -195,15 +195,7 @@ export class NativeStepRunner implements StepRunner {
           detail: `rows[${r}]: positions has ${row.positions.length} entries for ${row.tokens.length} tokens`,
         })
     }
-    const packed = packStep(
-      batch,
-      vocab,
-      (slot) => {
-        const s = this.slots[slot]
-        return s && s.kind === 'medusa' ? s.heads : 0
-      },
-      this.buffers,
-    )
+    const packed = packStep(batch, vocab, this.buffers)
     await this.run(runtime, packed)
     return {
       tokens: packed.sampledTokens,

@@ -7,7 +7,7 @@ import type { StepBatch } from '@loom/core'
 import type { NativePackedStep } from './load-native.ts'
 
 /** Integers per row in `rows`. */
-export const ROW_FIELDS = 12
+export const ROW_FIELDS = 13
 
 type Arrays = {
   i32: Int32Array
@@ -52,14 +52,10 @@ const FRESH = {
   },
 }
 
-/**
- * @param medusaHeads heads of a loaded Medusa slot (0 when the slot holds none).
- * @param buffers where the arrays come from: reused views of `StepBuffers`, or fresh ones.
- */
+/** @param buffers where the arrays come from: reused views of `StepBuffers`, or fresh ones. */
 export function packStep(
   batch: StepBatch,
   vocabSize: number,
-  medusaHeads: (slot: number) => number,
   buffers: Pick<StepBuffers, 'view'> = FRESH,
 ): NativePackedStep {
   const W = Math.ceil(vocabSize / 32)
@@ -87,7 +83,7 @@ export function packStep(
       pairs += s.penalties.length >> 1
       if (s.allowed !== null) maskedPositions += positions
     }
-    if (row.medusaSlot >= 0) drafts += medusaHeads(row.medusaSlot) * batch.draftTopK
+    if (row.medusaSlot >= 0) drafts += row.medusaHeads * batch.draftTopK
   }
   const tokens = buffers.view('tokens', 'i32', tokenCount)
   const positions = buffers.view('positions', 'i32', tokenCount)
@@ -135,6 +131,7 @@ export function packStep(
     rows[f + 9] = row.scoreTargets.length
     rows[f + 10] = -1
     rows[f + 11] = -1
+    rows[f + 12] = row.medusaSlot >= 0 ? row.medusaHeads : 0
     const s = row.sampling
     if (s !== null) {
       const p = s.params

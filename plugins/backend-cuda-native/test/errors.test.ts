@@ -49,6 +49,7 @@ t.test('errors', async (t) => {
       sampling: GREEDY_TOP,
       scoreTargets: new Int32Array(0),
       medusaSlot: -1,
+      medusaHeads: 0,
     }
     const ok1 = { ...row, tokens: Int32Array.of(1) }
     await t.rejects(runner.step(batchOf([row])), {
@@ -68,7 +69,7 @@ t.test('errors', async (t) => {
       code: 'native_error',
       message: new RegExp(`topLogprobs ${TOP_LOGPROBS} outside \\[0, 5\\]`),
     })
-    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0 }])), {
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads: 1 }])), {
       code: 'native_error',
       message: /medusaSlot 0 holds no Medusa heads/,
     })
@@ -96,7 +97,7 @@ t.test('errors', async (t) => {
     t.equal(await runner.loadAdapter(ok), 0)
     await t.rejects(runner.loadAdapter(ok), { code: 'adapter_slots_full' })
     // A LoRA slot is no Medusa slot.
-    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0 }])), {
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads: 1 }])), {
       message: /medusaSlot 0 holds no Medusa heads/,
     })
     // After the refused steps the runner still steps: one greedy token and its top logprobs.
@@ -119,17 +120,25 @@ t.test('errors', async (t) => {
       heads: [0, 1].map(() => ({ blocks: [{ weight: new Float32Array(H * H), bias: new Float32Array(H) }] })),
     }
     t.equal(await runner.loadAdapter(heads), 0)
-    await t.rejects(runner.step(batchOf([{ ...ok1, sampling: null, medusaSlot: 0 }])), {
+    await t.rejects(runner.step(batchOf([{ ...ok1, sampling: null, medusaSlot: 0, medusaHeads: 2 }])), {
       code: 'native_error',
       message: /Medusa heads run where a row samples; this row samples nothing/,
     })
-    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, loraSlot: 0 }])), {
+    await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads: 2, loraSlot: 0 }])), {
       message: /loraSlot 0 holds no LoRA adapter/,
     })
-    const drafted = await runner.step(batchOf([{ ...ok1, medusaSlot: 0 }], 3))
+    // A row runs 1 to the slot's heads.
+    for (const medusaHeads of [0, 3, -1])
+      await t.rejects(runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads }])), {
+        code: 'native_error',
+        message: new RegExp(`medusaHeads ${medusaHeads} outside \\[1, 2\\], the heads of slot 0`),
+      })
+    const drafted = await runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads: 2 }], 3))
     t.equal(drafted.draftIds.length, 2 * 3, '[heads, draftTopK] ids')
     // Zero residual blocks over the base lm_head: each head's best id is the row's greedy token.
     t.same([drafted.draftIds[0], drafted.draftIds[3]], [drafted.tokens[0], drafted.tokens[0]])
+    const first = await runner.step(batchOf([{ ...ok1, medusaSlot: 0, medusaHeads: 1 }], 3))
+    t.same(Array.from(first.draftIds), Array.from(drafted.draftIds.subarray(0, 3)), 'the first head alone: its ids')
     await runner.close()
     await runner.close()
     await t.rejects(runner.step(batchOf([])), { code: 'server_closing' })

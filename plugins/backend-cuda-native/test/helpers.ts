@@ -31,9 +31,13 @@ export class TestSequence {
   /**
    * A row feeding `tokens` (positions continue the cache), sampled greedily with the top
    * `TOP_LOGPROBS` logprobs at the last token, or at every token (`allLogits`: a causal tree mask
-   * makes the row a verification row, sampled at every node), with Medusa heads where it samples.
+   * makes the row a verification row, sampled at every node), with the first `medusaHeads` (default 1)
+   * heads of `medusaSlot` where it samples.
    */
-  row(tokens: number[], opts: { allLogits?: boolean; medusaSlot?: number; sampling?: RowSampling } = {}): StepRow {
+  row(
+    tokens: number[],
+    opts: { allLogits?: boolean; medusaSlot?: number; medusaHeads?: number; sampling?: RowSampling } = {},
+  ): StepRow {
     const n = tokens.length
     while (this.blocks.length * this.blockSize < this.cacheLen + n) this.blocks.push(this.alloc())
     const row: StepRow = {
@@ -47,6 +51,7 @@ export class TestSequence {
       sampling: opts.sampling ?? GREEDY_TOP,
       scoreTargets: new Int32Array(0),
       medusaSlot: opts.medusaSlot ?? -1,
+      medusaHeads: opts.medusaSlot === undefined ? 0 : (opts.medusaHeads ?? 1),
     }
     this.cacheLen += n
     return row

@@ -61,6 +61,7 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
         sampling: GREEDY_TOP,
         scoreTargets: new Int32Array(0),
         medusaSlot: -1,
+        medusaHeads: 0,
       },
     ]),
   )
@@ -108,7 +109,7 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
     ],
   }
   const mslot = await runner.loadAdapter(medusa)
-  const m = await runner.step(batchOf([seq.row([11], { medusaSlot: mslot })], DRAFT_K))
+  const m = await runner.step(batchOf([seq.row([11], { medusaSlot: mslot, medusaHeads: 2 })], DRAFT_K))
   t.equal(m.draftIds.length, 2 * DRAFT_K, '[heads, draftTopK] ids')
   const base = branch2.forward([11])[0]!
   const head0 = m.draftIds.subarray(0, DRAFT_K)
@@ -132,7 +133,7 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
     key: 'medusa-v1',
     heads: medusa.heads.map((h) => ({ ...h, lmHead: own })),
   })
-  const m1 = await runner.step(batchOf([seq.row([12], { medusaSlot: v1 })], DRAFT_K))
+  const m1 = await runner.step(batchOf([seq.row([12], { medusaSlot: v1, medusaHeads: 2 })], DRAFT_K))
   const base1 = branch2.forward([12])[0]!
   t.ok(relErrorTopIds(m1.draftIds.subarray(0, DRAFT_K), base1) <= 1e-4, 'own lm_head (version 1)')
   const shifted1 = Float64Array.from(base1, (v, o) => {

@@ -81,6 +81,7 @@ t.test('walk end and heads there, greedy and seeded sampled rows', async (t) => 
     sampling: greedy,
     scoreTargets: new Int32Array(0),
     medusaSlot: -1,
+    medusaHeads: 0,
     ...extra,
   })
   const batch = (rows: StepRow[]): StepBatch => ({ rows, kvCopies: [], topLogprobs: 0, draftTopK: K })
@@ -135,6 +136,7 @@ t.test('walk end and heads there, greedy and seeded sampled rows', async (t) => 
         ...(cs.depth ? { positions: Int32Array.from(cs.depth, (d) => L + d) } : {}),
         sampling: mode.sampling(D),
         medusaSlot: slots[0]!,
+        medusaHeads: 3,
       })
       // Beside it, a causal decode row of another sequence: no walk, no heads.
       const out = await a.step(batch([verify, row(2, [9], other.length)]))
@@ -159,7 +161,7 @@ t.test('walk end and heads there, greedy and seeded sampled rows', async (t) => 
             1,
             cs.path.map((node) => cs.tokens[node]!),
             L,
-            { medusaSlot: slots[1]! },
+            { medusaSlot: slots[1]!, medusaHeads: 3 },
           ),
         ]),
       )

@@ -57,7 +57,10 @@ export interface PolicyGroup {
   readonly rows: number
   /** Deepest draft among them. */
   readonly depth: number
-  /** Medusa heads the rows run (0: a headless drafter such as prompt lookup). */
+  /**
+   * Medusa heads the rows' speculator has (0: a headless drafter such as prompt lookup); a row
+   * runs only as many as its tree's depth needs (`AdaptiveTreePolicy.headsFor`).
+   */
   readonly heads: number
 }
 
@@ -334,6 +337,20 @@ export class AdaptiveTreePolicy {
   }
 
   /**
+   * How many of a row's `maxHeads` Medusa heads to run for `key`'s next draft: one level deeper
+   * than the tree the key chose last (one head after a plain choice: the try after a draftless
+   * stretch is the smallest tree), so a deeper tree can still be chosen and its nodes' acceptance
+   * learnt; all of them before the key's first choice (the warm-up cycles from the full tree).
+   * Each head costs an LM-head row (on the demo model a fifth of a token's forward), and a
+   * 1-candidate tree reads head 0 alone.
+   */
+  headsFor(key: string, maxHeads: number): number {
+    const s = this.keys.get(key)
+    if (s === undefined || s.lastChoice < 0) return maxHeads
+    return headsForDepth(s.lastChoice === 0 ? 0 : s.family.get(s.lastChoice).tree.maxDepth, maxHeads)
+  }
+
+  /**
    * Whether this step's rows of `key` should draft: plain rows with heads run them (their head
    * logits give the next draft), prompt-lookup rows search their tokens (called once per key per
    * planned step; `rows` of the step's decode rows are the key's, `otherRows` are not, and `keys`
@@ -415,7 +432,8 @@ export class AdaptiveTreePolicy {
       if (expected[k]! * cost0 < cost) continue
       gain = Math.max(gain, (otherRows + g.rows * expected[k]!) / cost / rate0 - 1)
     }
-    const headsWork = g.rows * g.heads
+    // The try's heads step follows a plain choice: one head (`headsFor`).
+    const headsWork = g.rows * headsForDepth(0, g.heads)
     const extra =
       costs.cost(rows + headsWork, false, rows) + costs.cost(rows + g.rows * (work[1]! - 1), true, rows) - 2 * cost0
     return { gain, cost: extra / cost0 }
@@ -450,6 +468,7 @@ export class AdaptiveTreePolicy {
     // Plain decoding runs without heads (see `wantsDraft`); a tree row asks for them at its root.
     let e = 1
     let tokens = 1
+    let deepest = 0
     for (let k = 1; k <= order.length; k++) {
       const n = order[k - 1]!
       reach[n] = reach[full.parent[n]!]! * (optimistic ? s.qUpper(n, prior) : s.qWith(n, prior))
@@ -458,9 +477,11 @@ export class AdaptiveTreePolicy {
         e += reach[n]!
         tokens++
       }
-      // The heads run once per row, where its walk ends (`StepRow.medusaSlot`).
+      deepest = Math.max(deepest, d)
+      // The heads run once per row, where its walk ends (`StepRow.medusaSlot`), as many as the
+      // next tree of this size may use (`headsFor`).
       expected[k] = e
-      work[k] = tokens + g.heads
+      work[k] = tokens + headsForDepth(deepest, g.heads)
     }
     return { expected, work }
   }
@@ -552,6 +573,11 @@ export class AdaptiveTreePolicy {
     for (let n = 1; n < full.size; n++) reach[n] = reach[full.parent[n]!]! * s.q(n)
     s.family.reorder(reach)
   }
+}
+
+/** Heads a row runs (of `maxHeads`; 0 for a headless drafter) when its key's trees reach `depth`: see `headsFor`. */
+function headsForDepth(depth: number, maxHeads: number): number {
+  return Math.min(maxHeads, depth + 1)
 }
 
 /** A step as `bestSizes` optimises it. */

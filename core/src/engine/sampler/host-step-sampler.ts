@@ -16,10 +16,8 @@ export interface LogitsView {
 export interface HostLogits {
   /** The next-token logits after position `position` of row `row` (batch order). */
   logits(row: number, position: number): LogitsView
-  /** The row's Medusa heads' logits at `position`, `[heads of the row's slot, vocabSize]`. */
+  /** The row's Medusa heads' logits at `position`: `[h, vocabSize]` for at least its first `h = medusaHeads` heads. */
   heads(row: number, position: number): LogitsView
-  /** Heads of a loaded Medusa slot. */
-  headCount(slot: number): number
 }
 
 /** Streams kept between steps (LRU): a decoding row would otherwise replay its whole stream every step. */
@@ -52,7 +50,7 @@ export class HostStepSampler {
     for (const row of batch.rows) {
       if (row.sampling !== null) sampled += row.treeMask !== undefined ? row.tokens.length : 1
       for (const target of row.scoreTargets) if (target >= 0) scored++
-      if (row.medusaSlot >= 0) drafts += source.headCount(row.medusaSlot) * K
+      if (row.medusaSlot >= 0) drafts += row.medusaHeads * K
     }
     const width = batch.topLogprobs
     const out = {
@@ -115,7 +113,7 @@ export class HostStepSampler {
       s += positions
       if (row.medusaSlot < 0) return
       const heads = source.heads(r, end)
-      for (let h = 0; h < source.headCount(row.medusaSlot); h++) {
+      for (let h = 0; h < row.medusaHeads; h++) {
         out.draftIds.set(topK(heads.data, heads.offset + h * V, V, K), d)
         d += K
       }

@@ -31,6 +31,7 @@ function freshRow(
     sampling: GREEDY_ROW_SAMPLING,
     scoreTargets: new Int32Array(0),
     medusaSlot: -1,
+    medusaHeads: 0,
   }
 }
 

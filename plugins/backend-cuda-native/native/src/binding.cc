@@ -44,6 +44,9 @@ Napi::Value throw_status(Napi::Env env, const Status& st) {
 
 Status bad_arg(const std::string& msg) { return Status::Error("native_error", msg); }
 
+// Int32 fields per row of step.rows (step-packer.ts ROW_FIELDS; the layout is Step's comment).
+constexpr int64_t kRowFields = 13;
+
 const char* typed_array_name(napi_typedarray_type t) {
   switch (t) {
     case napi_int8_array: return "Int8Array";
@@ -431,18 +434,18 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   }
 
   // step(p) -> Promise<void>; fills p's output arrays. Layout (all Int32Array unless said):
-  //   tokens, positions [T]; rows [R, 12]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
-  //   btLen, maskOffset (-1: causal), scoreOffset, scoreCount (0 or n), sampling (index k into the
-  //   sampling arrays, -1: none), allowedOffset (first position row of its masks in `allowed`, -1:
-  //   none); blockTables (concatenated), masks Uint8Array (concatenated [n, n]), scoreTargets
-  //   (concatenated); per sampling k: sampleFloats Float64Array [K, 6] (temperature, top_p,
-  //   typical_p, repetition, frequency, presence), sampleInts [K, 2] (top_k, top_logprobs),
-  //   sampleSeeds BigUint64Array [K, 2] (seed, draws), penaltyStart [K + 1] and penalties
-  //   [2 * penaltyStart[K]] ((id, count) pairs); allowed Uint32Array [positions, ceil(V/32)] and
-  //   terminated Uint8Array [positions]; copies [C, 5]: btOffset, btLen, fromOffset, toOffset,
-  //   count into copyData; numbers maxTop and draftTopK. Outputs: sampledTokens [S],
-  //   sampledLogprobs Float32Array [S], topIds [S, maxTop], topLogprobs Float32Array [S, maxTop],
-  //   scores Float32Array [C], walkEnds [R], draftIds [Σ heads, draftTopK].
+  //   tokens, positions [T]; rows [R, 13]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset, btLen,
+  //   maskOffset (-1: causal), scoreOffset, scoreCount (0 or n), sampling (index k into the sampling
+  //   arrays, -1: none), allowedOffset (first position row of its masks in `allowed`, -1: none),
+  //   medusaHeads (the slot's first heads to run; 0 without a slot); blockTables (concatenated), masks
+  //   Uint8Array (concatenated [n, n]), scoreTargets (concatenated); per sampling k: sampleFloats
+  //   Float64Array [K, 6] (temperature, top_p, typical_p, repetition, frequency, presence), sampleInts
+  //   [K, 2] (top_k, top_logprobs), sampleSeeds BigUint64Array [K, 2] (seed, draws), penaltyStart
+  //   [K + 1] and penalties [2 * penaltyStart[K]] ((id, count) pairs); allowed Uint32Array
+  //   [positions, ceil(V/32)] and terminated Uint8Array [positions]; copies [C, 5]: btOffset, btLen, fromOffset,
+  //   toOffset, count into copyData; numbers maxTop and draftTopK. Outputs: sampledTokens [S],
+  //   sampledLogprobs Float32Array [S], topIds [S, maxTop], topLogprobs Float32Array [S, maxTop], scores
+  //   Float32Array [C], walkEnds [R], draftIds [Σ rows' medusaHeads, draftTopK].
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto in = std::make_shared<loom::StepInput>();
@@ -487,8 +490,10 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(typed(p, "tokens", napi_int32_array, "step.tokens", -1, "[T]", &tokens, &T));
     LOOM_RETURN_IF_ERROR(typed(p, "positions", napi_int32_array, "step.positions", T, "[T=" + std::to_string(T) + "]",
                                &positions, &np));
-    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 12]", &rows, &nr));
-    if (nr % 12 != 0) return bad_arg("step.rows: expected Int32Array [R, 12], got [" + std::to_string(nr) + "]");
+    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 13]", &rows, &nr));
+    if (nr % kRowFields != 0)
+      return bad_arg("step.rows: expected Int32Array [R, " + std::to_string(kRowFields) + "], got [" +
+                     std::to_string(nr) + "]");
     LOOM_RETURN_IF_ERROR(typed(p, "blockTables", napi_int32_array, "step.blockTables", -1, "[Σ blocks]", &bt, &nbt));
     LOOM_RETURN_IF_ERROR(typed(p, "masks", napi_uint8_array, "step.masks", -1, "[Σ n*n]", &masks, &nmask));
     LOOM_RETURN_IF_ERROR(typed(p, "scoreTargets", napi_int32_array, "step.scoreTargets", -1, "[Σ n]", &targets, &ntarget));
@@ -531,8 +536,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     auto inside = [](int64_t off, int64_t len, int64_t size) { return off >= 0 && len >= 0 && off + len <= size; };
     in->samplings.reserve(size_t(K));
     std::vector<int64_t> sampling_of;
-    for (int64_t r = 0; r < nr / 12; r++) {
-      const int32_t* f = rows + r * 12;
+    for (int64_t r = 0; r < nr / kRowFields; r++) {
+      const int32_t* f = rows + r * kRowFields;
       auto where = [r] { return "step.rows[" + std::to_string(r) + "]"; };  // error paths only
       loom::StepRowDesc d{};
       d.tok_start = f[0];
@@ -540,6 +545,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       d.cache_len = f[2];
       d.lora_slot = f[3];
       d.medusa_slot = f[4];
+      d.medusa_heads = f[12];
       if (!inside(f[0], f[1], T)) return bad_arg(where() + ": tokens [" + std::to_string(f[0]) + ", +" + std::to_string(f[1]) + ") outside [0, " + std::to_string(T) + ")");
       if (!inside(f[5], f[6], nbt)) return bad_arg(where() + ": block table slice outside step.blockTables");
       d.block_table = bt + f[5];

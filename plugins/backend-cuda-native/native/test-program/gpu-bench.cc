@@ -423,7 +423,7 @@ void build_step(const Shape& s, int rows, int n, int cache_len, int blocks_per_r
     loom::StepRowDesc row{};
     row.tok_start = r * n, row.n = n, row.cache_len = cache_len;
     row.lora_slot = adapters == Adapters::kBase ? -1 : adapters == Adapters::kOne ? 0 : r;
-    row.medusa_slot = -1;
+    row.medusa_slot = -1, row.medusa_heads = 0;
     row.block_table = d->blocks.data() + size_t(r) * size_t(need);
     row.num_blocks = need;
     row.tree_mask = nullptr;

@@ -308,6 +308,7 @@ Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, Step
     row.cache_len = s.cache_len;
     row.lora_slot = s.lora;
     row.medusa_slot = s.medusa;
+    row.medusa_heads = s.medusa >= 0 ? kHeads : 0;
     row.block_table = s.blocks[lane].data();
     row.num_blocks = int32_t(s.blocks[lane].size());
     for (int i = 0; i < n; i++) {

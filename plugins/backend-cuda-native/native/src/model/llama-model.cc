@@ -363,8 +363,11 @@ Status LlamaModel::validate(const StepInput& in) const {
     if (row.medusa_slot != -1) {
       const int heads = medusa_heads(row.medusa_slot);
       if (heads == 0) return invalid(where + "medusaSlot " + std::to_string(row.medusa_slot) + " holds no Medusa heads");
+      if (row.medusa_heads < 1 || row.medusa_heads > heads)
+        return invalid(where + "medusaHeads " + std::to_string(row.medusa_heads) + " outside [1, " +
+                       std::to_string(heads) + "], the heads of slot " + std::to_string(row.medusa_slot));
       if (!row.sampling) return invalid(where + "Medusa heads run where a row samples; this row samples nothing");
-      drafts += heads;
+      drafts += row.medusa_heads;
     }
   }
   if (next != in.num_tokens) return invalid("rows cover " + std::to_string(next) + " of " + std::to_string(in.num_tokens) + " tokens");
@@ -558,7 +561,7 @@ Status LlamaModel::upload_step(const StepInput& in) {
     const StepRowDesc& row = in.rows[r];
     if (row.medusa_slot < 0) continue;
     row_plans_[r].replicate = n;
-    n += medusa_heads(row.medusa_slot);
+    n += row.medusa_heads;
     row_plans_[r].head_index = n++;
   }
   step_sampled_ = nsample;
@@ -602,7 +605,7 @@ Status LlamaModel::upload_step(const StepInput& in) {
       *score_index++ = int32_t((scored % score_chunk_rows()) * cfg_.vocab + row.score_targets[i]);
     }
     if (plan.replicate >= 0) {
-      const int64_t NH = medusa_heads(row.medusa_slot);
+      const int64_t NH = row.medusa_heads;
       for (int64_t k = 0; k < NH; k++) h[plan.replicate + k] = 0;
       h[plan.head_index] = row.n - 1;
     }
@@ -910,7 +913,7 @@ Status LlamaModel::forward(const StepInput& in) {
     const auto& row = in.rows[r];
     if (row.medusa_slot < 0) continue;
     const Slot& s = *slots_[size_t(row.medusa_slot)];
-    const int64_t NH = int64_t(s.medusa.size());
+    const int64_t NH = row.medusa_heads;  // the slot's first NH heads: what the next tree's depth uses
     float* hidden = head_x;  // [1, H]
     const int32_t* at = leaf_rows_[r].n > 0 ? leaves + r : step_ints(row_plans_[r].head_index);
     dev_->gather_rows(x + int64_t(row.tok_start) * H, H, at, 1, H, hidden);
@@ -936,7 +939,7 @@ Status LlamaModel::forward(const StepInput& in) {
       dev_->silu_residual(t, NH * H, xh);
     }
     bool shared_lm = true;
-    for (const MedusaHeadSlot& hs : s.medusa) shared_lm = shared_lm && hs.lm_head.empty();
+    for (int64_t h = 0; h < NH; h++) shared_lm = shared_lm && s.medusa[size_t(h)].lm_head.empty();
     if (shared_lm) {
       const MatmulJob job{lm_head_, nullptr, out, V};  // rows h in order: out [NH, V]
       dev_->matmul(xh, NH, H, &job, 1, false);

@@ -63,6 +63,7 @@ struct RowSampleDesc {
 // One step's input, packed by step-packer.ts into flat typed arrays (see binding.cc Step).
 struct StepRowDesc {
   int32_t tok_start, n, cache_len, lora_slot, medusa_slot;
+  int32_t medusa_heads;  // with medusa_slot >= 0: run the slot's first medusa_heads heads (1..its heads)
   const int32_t* block_table;
   int32_t num_blocks;
   const uint8_t* tree_mask;  // [n, n] or null: a verification row (sampled at every node) when set
