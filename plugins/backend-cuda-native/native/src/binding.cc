@@ -434,18 +434,19 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
   }
 
   // step(p) -> Promise<void>; fills p's output arrays. Layout (all Int32Array unless said):
-  //   tokens, positions [T]; rows [R, 13]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset, btLen,
-  //   maskOffset (-1: causal), scoreOffset, scoreCount (0 or n), sampling (index k into the sampling
-  //   arrays, -1: none), allowedOffset (first position row of its masks in `allowed`, -1: none),
-  //   medusaHeads (the slot's first heads to run; 0 without a slot); blockTables (concatenated), masks
-  //   Uint8Array (concatenated [n, n]), scoreTargets (concatenated); per sampling k: sampleFloats
-  //   Float64Array [K, 6] (temperature, top_p, typical_p, repetition, frequency, presence), sampleInts
-  //   [K, 2] (top_k, top_logprobs), sampleSeeds BigUint64Array [K, 2] (seed, draws), penaltyStart
-  //   [K + 1] and penalties [2 * penaltyStart[K]] ((id, count) pairs); allowed Uint32Array
-  //   [positions, ceil(V/32)] and terminated Uint8Array [positions]; copies [C, 5]: btOffset, btLen, fromOffset,
-  //   toOffset, count into copyData; numbers maxTop and draftTopK. Outputs: sampledTokens [S],
-  //   sampledLogprobs Float32Array [S], topIds [S, maxTop], topLogprobs Float32Array [S, maxTop], scores
-  //   Float32Array [C], walkEnds [R], draftIds [Σ rows' medusaHeads, draftTopK].
+  //   tokens, positions [T]; rows [R, 13]: tokStart, n, cacheLen, loraSlot, medusaSlot, btOffset,
+  //   btLen, maskOffset (-1: causal), scoreOffset, scoreCount (0 or n), sampling (index k into the
+  //   sampling arrays, -1: none), allowedOffset (first position row of its masks in `allowed`, -1:
+  //   none), medusaHeads (how many of the slot's first heads run; 0 without a slot); blockTables
+  //   (concatenated), masks Uint8Array (concatenated [n, n]), scoreTargets (concatenated); per
+  //   sampling k: sampleFloats Float64Array [K, 6] (temperature, top_p, typical_p, repetition,
+  //   frequency, presence), sampleInts [K, 2] (top_k, top_logprobs), sampleSeeds BigUint64Array
+  //   [K, 2] (seed, draws), penaltyStart [K + 1] and penalties [2 * penaltyStart[K]] ((id, count)
+  //   pairs); allowed Uint32Array [positions, ceil(V/32)] and terminated Uint8Array [positions];
+  //   copies [C, 5]: btOffset, btLen, fromOffset, toOffset, count into copyData; numbers maxTop and
+  //   draftTopK. Outputs: sampledTokens [S], sampledLogprobs Float32Array [S], topIds [S, maxTop],
+  //   topLogprobs Float32Array [S, maxTop], scores Float32Array [C], walkEnds [R], draftIds
+  //   [Σ rows' medusaHeads, draftTopK].
   Napi::Value Step(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     auto in = std::make_shared<loom::StepInput>();
@@ -490,10 +491,10 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     LOOM_RETURN_IF_ERROR(typed(p, "tokens", napi_int32_array, "step.tokens", -1, "[T]", &tokens, &T));
     LOOM_RETURN_IF_ERROR(typed(p, "positions", napi_int32_array, "step.positions", T, "[T=" + std::to_string(T) + "]",
                                &positions, &np));
-    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, "[R, 13]", &rows, &nr));
+    const std::string row_shape = "[R, " + std::to_string(kRowFields) + "]";
+    LOOM_RETURN_IF_ERROR(typed(p, "rows", napi_int32_array, "step.rows", -1, row_shape, &rows, &nr));
     if (nr % kRowFields != 0)
-      return bad_arg("step.rows: expected Int32Array [R, " + std::to_string(kRowFields) + "], got [" +
-                     std::to_string(nr) + "]");
+      return bad_arg("step.rows: expected Int32Array " + row_shape + ", got [" + std::to_string(nr) + "]");
     LOOM_RETURN_IF_ERROR(typed(p, "blockTables", napi_int32_array, "step.blockTables", -1, "[Σ blocks]", &bt, &nbt));
     LOOM_RETURN_IF_ERROR(typed(p, "masks", napi_uint8_array, "step.masks", -1, "[Σ n*n]", &masks, &nmask));
     LOOM_RETURN_IF_ERROR(typed(p, "scoreTargets", napi_int32_array, "step.scoreTargets", -1, "[Σ n]", &targets, &ntarget));
