@@ -4,6 +4,7 @@
  */
 import { Tokenizer as HfTokenizerModel } from '@huggingface/tokenizers'
 import type { IncrementalDecoder, Tokenizer } from '../contracts/tokenizer.ts'
+import { ByteLevelVocabulary } from './byte-level-decoder.ts'
 import { PrefixOffsetDecoder } from './incremental-decoder.ts'
 import type { TokenizerSettings } from './tokenizer-config.ts'
 
@@ -14,12 +15,27 @@ export class HfTokenizer implements Tokenizer {
   readonly chatTemplate: string | null
   private readonly model: HfTokenizerModel
   private readonly specialIds: ReadonlySet<number>
+  private readonly tokenizerJson: Readonly<Record<string, unknown>>
+  private readonly tokenizerConfig: Readonly<Record<string, unknown>>
+  /** Built on the first `createDecoder`; null when the decoder is not plain byte-level. */
+  private byteLevel: ByteLevelVocabulary | null | undefined
+  /**
+   * One id's text, per `skipSpecialTokens` (index 0: false, 1: true), memoised: the server decodes
+   * every generated token and its alternatives alone (a token's `piece`, `top` entries).
+   */
+  private readonly singleIdText: [Map<number, string>, Map<number, string>] = [new Map(), new Map()]
 
   /**
    * @param tokenizerJson parsed `tokenizer.json`
    * @param tokenizerConfig parsed `tokenizer_config.json` (`{}` when absent)
    */
-  constructor(tokenizerJson: object, tokenizerConfig: Readonly<Record<string, unknown>>, settings: TokenizerSettings) {
+  constructor(
+    tokenizerJson: Readonly<Record<string, unknown>>,
+    tokenizerConfig: Readonly<Record<string, unknown>>,
+    settings: TokenizerSettings,
+  ) {
+    this.tokenizerJson = tokenizerJson
+    this.tokenizerConfig = tokenizerConfig
     this.model = new HfTokenizerModel(tokenizerJson, tokenizerConfig)
     this.bosToken = settings.bosToken
     this.eosToken = settings.eosToken
@@ -46,6 +62,19 @@ export class HfTokenizer implements Tokenizer {
   }
 
   decode(ids: readonly number[], options: { skipSpecialTokens: boolean }): string {
+    if (ids.length !== 1) return this.decodeMany(ids, options)
+    const id = ids[0] as number
+    const memo = this.singleIdText[options.skipSpecialTokens ? 1 : 0]
+    let text = memo.get(id)
+    if (text === undefined) {
+      text = this.decodeMany(ids, options)
+      // Only ids of the vocabulary are kept, so a client cannot grow the memo without bound.
+      if (Number.isInteger(id) && id >= 0 && id < this.vocabSize) memo.set(id, text)
+    }
+    return text
+  }
+
+  private decodeMany(ids: readonly number[], options: { skipSpecialTokens: boolean }): string {
     // Ids the tokenizer does not know (a model's padded vocabulary rows) decode to nothing, as in
     // the Rust tokenizers; the JS library would print them as "undefined" or throw on an empty list.
     const known = ids.filter((id) => this.model.id_to_token(id) !== undefined)
@@ -63,6 +92,16 @@ export class HfTokenizer implements Tokenizer {
   }
 
   createDecoder(options: { skipSpecialTokens: boolean }): IncrementalDecoder {
+    if (this.byteLevel === undefined) {
+      this.byteLevel = ByteLevelVocabulary.build({
+        tokenizerJson: this.tokenizerJson,
+        tokenizerConfig: this.tokenizerConfig,
+        vocabSize: this.vocabSize,
+        tokenOf: (id) => this.model.id_to_token(id),
+        decode: (ids, decodeOptions) => this.decodeMany(ids, decodeOptions),
+      })
+    }
+    if (this.byteLevel) return this.byteLevel.createDecoder(options)
     return new PrefixOffsetDecoder((ids) => this.decode(ids, options))
   }
 

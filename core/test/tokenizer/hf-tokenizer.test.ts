@@ -2,7 +2,8 @@ import t from 'tap'
 import { writeFileSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { writeTokenizer, buildTokenizer, SeededRandom, TESTKIT_CHAT_TEMPLATE } from '@loom/testkit'
-import { HfTokenizerLoader } from '../../src/tokenizer/index.ts'
+import { HfTokenizerLoader, PrefixOffsetDecoder } from '../../src/tokenizer/index.ts'
+import { ByteLevelVocabulary, type ByteLevelSource } from '../../src/tokenizer/byte-level-decoder.ts'
 import { LoomError } from '../../src/errors/index.ts'
 import type { Tokenizer } from '../../src/contracts/tokenizer.ts'
 
@@ -111,8 +112,9 @@ t.test('streaming never splits a UTF-8 character (emoji, CJK across byte tokens)
   t.equal(text, '日本語 ok')
   for (const p of pieces) t.notOk(p.includes('\uFFFD'), JSON.stringify(p))
   t.same(pieces.filter((p) => p !== '').slice(0, 3), ['日', '本', '語'])
-  // A genuinely invalid byte is held until something follows it, then emitted as U+FFFD.
-  t.same(stream(tok, [0x80, 0x61], false).pieces, ['', '\uFFFDa', ''])
+  // A byte that cannot start a character is U+FFFD at once (the byte-level decoder knows it can
+  // never complete); an incomplete lead sequence is held until the end.
+  t.same(stream(tok, [0x80, 0x61], false).pieces, ['\uFFFD', 'a', ''])
   t.same(stream(tok, [0xf0, 0x9f], false).pieces, ['', '', '\uFFFD'])
 })
 
@@ -222,4 +224,106 @@ t.test('SentencePiece-style tokenizer (Metaspace, byte fallback, leading-space s
   t.equal(pieces[1], ' world', 'later pieces keep theirs')
   for (const p of pieces) t.notOk(p.includes('\uFFFD'), JSON.stringify(p))
   t.equal(stream(tok, [1, ...ids, 2], true).text, text)
+})
+
+/** The byte-level table's inputs for a test-kit tokenizer, decoding through `tok`. */
+function byteLevelSource(dir: string, tok: Tokenizer & { tokenToId?: unknown }): ByteLevelSource {
+  const tokenizerJson = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'))
+  const vocab = new Map<number, string>()
+  for (const [token, id] of Object.entries(tokenizerJson.model.vocab as Record<string, number>)) vocab.set(id, token)
+  for (const added of tokenizerJson.added_tokens as { id: number; content: string }[])
+    vocab.set(added.id, added.content)
+  return {
+    tokenizerJson,
+    tokenizerConfig: JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')),
+    vocabSize: tok.vocabSize,
+    tokenOf: (id) => vocab.get(id),
+    decode: (ids, options) => tok.decode(ids, options),
+  }
+}
+
+t.test('byte-level decoder: streams what the prefix-offset decoder streams, in the same total text', async (t) => {
+  const dir = t.testdir()
+  const info = writeTokenizer(dir)
+  const tok = await load(dir)
+  const vocabulary = ByteLevelVocabulary.build(byteLevelSource(dir, tok))
+  if (vocabulary === null) throw new Error('the test kit tokenizer is byte-level: the table must build')
+  const rng = new SeededRandom(23)
+  const mismatches: string[] = []
+  for (let trial = 0; trial < 200; trial++) {
+    const ids = Array.from({ length: 1 + rng.int(30) }, () =>
+      rng.next() < 0.3 ? 0x80 + rng.int(0x80) : rng.int(info.vocabSize),
+    )
+    for (const skipSpecialTokens of [false, true]) {
+      const fast = vocabulary.createDecoder({ skipSpecialTokens })
+      const general = new PrefixOffsetDecoder((window) => tok.decode(window, { skipSpecialTokens }))
+      let fastText = ''
+      let generalText = ''
+      for (const id of ids) {
+        fastText += fast.push(id)
+        generalText += general.push(id)
+      }
+      fastText += fast.flush()
+      generalText += general.flush()
+      if (fastText !== generalText) mismatches.push(`${JSON.stringify(ids)} skip=${skipSpecialTokens}`)
+    }
+  }
+  t.same(mismatches, [])
+  // Added tokens end the byte run before them: a lead byte then <|eos|> is U+FFFD, then the text.
+  const eos = info.eosTokenId
+  const d = vocabulary.createDecoder({ skipSpecialTokens: false })
+  t.same([d.push(0xe6), d.push(eos), d.flush()], ['', '\uFFFD<|eos|>', ''])
+  const skipping = vocabulary.createDecoder({ skipSpecialTokens: true })
+  t.same(
+    [0xe6, eos, 0x97, 0xa5].map((id) => skipping.push(id)),
+    ['', '', '', '日'],
+    'a skipped special token leaves the byte run whole, as the tokenizer drops it before decoding',
+  )
+  t.same([d.push(info.vocabSize + 3), d.push(-1), d.push(0.5)], ['', '', ''], 'ids outside the vocabulary add nothing')
+})
+
+t.test(
+  'byte-level decoder: refused for other decoders and whenever the table disagrees with the tokenizer',
+  async (t) => {
+    const dir = t.testdir()
+    writeTokenizer(dir)
+    const tok = await load(dir)
+    const source = byteLevelSource(dir, tok)
+    t.ok(ByteLevelVocabulary.build(source), 'the plain byte-level tokenizer builds')
+    const sequence = { ...source.tokenizerJson, decoder: { type: 'Sequence', decoders: [{ type: 'ByteLevel' }] } }
+    t.equal(ByteLevelVocabulary.build({ ...source, tokenizerJson: sequence }), null, 'a decoder sequence')
+    const suffixed = {
+      ...source.tokenizerJson,
+      model: { ...(source.tokenizerJson.model as object), end_of_word_suffix: '</w>' },
+    }
+    t.equal(ByteLevelVocabulary.build({ ...source, tokenizerJson: suffixed }), null, 'an end-of-word suffix')
+    const rewritten: ByteLevelSource = {
+      ...source,
+      decode: (ids, options) => source.decode(ids, options).replaceAll('e', 'E'),
+    }
+    t.equal(ByteLevelVocabulary.build(rewritten), null, 'a tokenizer decoding differently from the table')
+    const specialByConfig: ByteLevelSource = {
+      ...source,
+      decode: (ids, options) => source.decode(ids, options),
+      tokenizerConfig: { ...source.tokenizerConfig, additional_special_tokens: ['Hello'] },
+    }
+    t.equal(
+      ByteLevelVocabulary.build(specialByConfig),
+      null,
+      'a config special token the reference does not skip (the check covers skipSpecialTokens too)',
+    )
+  },
+)
+
+t.test('single-id decodes are memoised per skip mode and stay exact', async (t) => {
+  const dir = t.testdir()
+  const info = writeTokenizer(dir)
+  const tok = await load(dir)
+  const eos = info.eosTokenId
+  for (let round = 0; round < 2; round++) {
+    t.equal(tok.decode([eos], { skipSpecialTokens: false }), '<|eos|>')
+    t.equal(tok.decode([eos], { skipSpecialTokens: true }), '')
+    t.equal(tok.decode([0xe6], { skipSpecialTokens: false }), '\uFFFD')
+    t.equal(tok.decode([info.vocabSize + 1], { skipSpecialTokens: false }), '')
+  }
 })
