@@ -39,6 +39,8 @@ export class HfTokenizerLoader implements TokenizerLoader {
       // Unsupported components (a WordLevel model, a regex the JS engine rejects) may only fail on
       // first use; fail here, at load, instead of on a user's request.
       tokenizer.decode(tokenizer.encode('Hello, world! 123', { addSpecialTokens: true }), { skipSpecialTokens: false })
+      // The streaming decoder's byte table too, so the first request does not build and check it.
+      tokenizer.createDecoder({ skipSpecialTokens: true })
       return tokenizer
     } catch (err) {
       throw new LoomError('tokenizer_invalid', { path: dir, detail: describe(err) }, { cause: err })
