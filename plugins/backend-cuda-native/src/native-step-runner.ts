@@ -54,7 +54,7 @@ export class NativeStepRunner implements StepRunner {
   private runtime: NativeRuntime | null = null
   private spec: ModelSpec | null = null
   private config: ParsedModelConfig | null = null
-  /** Per slot: null when free, else what it holds (Medusa: its head count). */
+  /** Per slot: null when free, else what it holds. */
   private readonly slots: ({ kind: 'lora' } | { kind: 'medusa' } | { kind: 'loading' } | null)[] = []
   private inflight: Promise<unknown> = Promise.resolve()
   private closed = false
