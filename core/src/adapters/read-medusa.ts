@@ -12,6 +12,10 @@
  * - Like LoRAX (`MedusaModel`), the version follows the tensors: with per-head LM heads it is
  *   version 1 (own heads); without, version 2 (the heads reuse the base model's LM head). A file
  *   with LM heads for some heads only is refused.
+ * - Optionally `medusa_draft_vocab.json` (Loom's, not LoRAX's): `{"token_ids": [...]}`, the
+ *   distinct token ids the heads draft from (FR-Spec's frequency-ranked vocabulary; any order),
+ *   becoming `MedusaWeights.draftVocabulary`, sorted. Heads then cost a fraction of a full LM
+ *   head per step and outputs do not change (drafts are verified).
  *
  * Every failure is an `adapter_invalid` naming the adapter and what does not fit.
  */
@@ -24,6 +28,9 @@ import { SafetensorsFile } from './safetensors.ts'
 
 /** Weight files tried in order. */
 export const MEDUSA_WEIGHT_FILES = ['medusa_lm_head.safetensors', 'model.safetensors'] as const
+
+/** The heads' draft vocabulary (optional). */
+export const MEDUSA_DRAFT_VOCAB_FILE = 'medusa_draft_vocab.json'
 
 /** Most heads / residual layers accepted (real adapters have 1–5 heads and 1 layer). */
 const MAX_HEADS = 16
@@ -76,6 +83,35 @@ async function readWeights(dir: string, id: string): Promise<SafetensorsFile> {
     if (existsSync(path)) return SafetensorsFile.read(path, id)
   }
   throw fail(id, `no weight file: expected ${MEDUSA_WEIGHT_FILES.join(' or ')}`)
+}
+
+/** `medusa_draft_vocab.json` as ascending ids, or undefined when the file is absent. */
+async function readDraftVocabulary(dir: string, id: string, vocabSize: number): Promise<Int32Array | undefined> {
+  const path = join(dir, MEDUSA_DRAFT_VOCAB_FILE)
+  if (!existsSync(path)) return undefined
+  const where = MEDUSA_DRAFT_VOCAB_FILE
+  let raw: unknown
+  try {
+    raw = JSON.parse(await readFile(path, 'utf8'))
+  } catch (err) {
+    throw fail(id, `${where} is not valid JSON (${err instanceof Error ? err.message : String(err)})`)
+  }
+  const list = raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>).token_ids : undefined
+  if (!Array.isArray(list) || list.length === 0 || list.length > vocabSize)
+    throw fail(id, `${where}: token_ids must be an array of 1 to ${vocabSize} token ids`)
+  const ids = new Int32Array(list.length)
+  const seen = new Set<number>()
+  list.forEach((v: unknown, i) => {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v >= vocabSize)
+      throw fail(
+        id,
+        `${where}: token_ids[${i}] is ${JSON.stringify(v)}; expected a token id from 0 to ${vocabSize - 1}`,
+      )
+    if (seen.has(v)) throw fail(id, `${where}: token id ${v} is listed twice`)
+    seen.add(v)
+    ids[i] = v
+  })
+  return ids.sort()
 }
 
 /**
@@ -133,5 +169,6 @@ export async function readMedusaAdapter(dir: string, id: string, spec: ModelSpec
       `tensor ${extra} does not belong to ${numHeads} heads of ${numLayers} layers (config.json medusa_num_heads / medusa_num_layers)`,
     )
   }
-  return { kind: 'medusa', key: id, numHeads, numLayers, heads }
+  const draftVocabulary = await readDraftVocabulary(dir, id, V)
+  return { kind: 'medusa', key: id, numHeads, numLayers, heads, ...(draftVocabulary ? { draftVocabulary } : {}) }
 }

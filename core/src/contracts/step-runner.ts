@@ -80,6 +80,14 @@ export interface MedusaWeights {
     /** `[vocab, hidden]`; absent for version 2 (reuse the base LM head). */
     readonly lmHead?: Float32Array
   }[]
+  /**
+   * Ascending token ids the heads draft from, absent for the whole vocabulary: FR-Spec's reduced
+   * LM head (frequent tokens only). A runner that honours it computes each head's logits over
+   * these ids alone, so its `draftIds` are ids from this list; one that does not drafts from the
+   * whole vocabulary. Either way outputs are the same: drafts are only proposals, and verification
+   * uses the full LM head.
+   */
+  readonly draftVocabulary?: Int32Array
 }
 
 /**

@@ -3,7 +3,7 @@
  * that downloads adapters (hub, S3, HTTP file servers, third-party ones) applies the same rule, so
  * one adapter gives the same files whichever store it comes from.
  */
-import { MEDUSA_WEIGHT_FILES } from '../adapters/read-medusa.ts'
+import { MEDUSA_DRAFT_VOCAB_FILE, MEDUSA_WEIGHT_FILES } from '../adapters/read-medusa.ts'
 
 /**
  * Medusa weights, in the order the core's Medusa reader tries them; only the first present is
@@ -11,6 +11,9 @@ import { MEDUSA_WEIGHT_FILES } from '../adapters/read-medusa.ts'
  * LoRA it is a merged full model, which is large and not what the runtime wants.
  */
 export { MEDUSA_WEIGHT_FILES }
+
+/** The Medusa heads' draft vocabulary, fetched with Medusa weights when present. */
+export { MEDUSA_DRAFT_VOCAB_FILE }
 
 /** Marks a LoRA adapter (PEFT's config). */
 export const LORA_CONFIG_FILE = 'adapter_config.json'
@@ -33,6 +36,7 @@ export const ADAPTER_FILE_NAMES: readonly string[] = [
   ...LORA_WEIGHT_FILES,
   MEDUSA_CONFIG_FILE,
   ...MEDUSA_WEIGHT_FILES,
+  MEDUSA_DRAFT_VOCAB_FILE,
   ...TOKENIZER_FILES,
 ]
 
@@ -63,7 +67,8 @@ export interface AdapterFilesProblem {
  *
  * - A LoRA needs `adapter_config.json` and one weights file: `adapter_model.safetensors`, else
  *   `adapter_model.bin`.
- * - A Medusa head needs `config.json` and the first of `MEDUSA_WEIGHT_FILES` present.
+ * - A Medusa head needs `config.json` and the first of `MEDUSA_WEIGHT_FILES` present; its
+ *   `medusa_draft_vocab.json` comes along when present.
  * - A folder with both configs is a LoRA, with a Medusa head when Medusa weights are there too;
  *   either part's weights are then enough.
  * - The tokenizer files come along when present.
@@ -102,6 +107,7 @@ export function pickAdapterFiles(names: Iterable<string>): PickedAdapterFiles | 
     loraWeights,
     medusaConfig ? MEDUSA_CONFIG_FILE : undefined,
     medusaWeights,
+    medusaWeights !== undefined && present.has(MEDUSA_DRAFT_VOCAB_FILE) ? MEDUSA_DRAFT_VOCAB_FILE : undefined,
     ...TOKENIZER_FILES.filter((name) => present.has(name)),
   ].filter((name): name is string => name !== undefined)
   return { files, lora, medusa: medusaWeights !== undefined }

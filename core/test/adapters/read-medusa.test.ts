@@ -56,6 +56,14 @@ t.test('version 1: per-head LM heads; medusa_head. prefix; model.safetensors', a
   w.heads.forEach((head, h) => t.same(head.lmHead, lmHeads[h], `head ${h} keeps its own LM head`))
 })
 
+t.test('medusa_draft_vocab.json: the ids the heads draft from, sorted', async (t) => {
+  const dir = t.testdir()
+  buildMedusaAdapter(dir, base)
+  t.equal((await readMedusaAdapter(dir, 'm', spec)).draftVocabulary, undefined, 'absent: the whole vocabulary')
+  writeFileSync(join(dir, 'medusa_draft_vocab.json'), JSON.stringify({ description: 'x', token_ids: [7, 0, 11, 3] }))
+  t.same((await readMedusaAdapter(dir, 'm', spec)).draftVocabulary, Int32Array.of(0, 3, 7, 11))
+})
+
 t.test('errors name the adapter and the mismatch', async (t) => {
   const cases: [string, (dir: string) => void, RegExp][] = [
     ['no config', () => undefined, /config\.json is missing/],
@@ -122,6 +130,27 @@ t.test('errors name the adapter and the mismatch', async (t) => {
       /no weight file: expected medusa_lm_head\.safetensors or model\.safetensors/,
     ],
     ['config not JSON', (dir) => writeFileSync(join(dir, 'config.json'), '{'), /config\.json is not valid JSON/],
+    ...(
+      [
+        ['draft vocabulary not JSON', '[', /medusa_draft_vocab\.json is not valid JSON/],
+        ['draft vocabulary without token_ids', '{"ids": [1]}', /token_ids must be an array of 1 to 12 token ids/],
+        ['empty draft vocabulary', '{"token_ids": []}', /token_ids must be an array of 1 to 12 token ids/],
+        [
+          'draft id past the vocabulary',
+          '{"token_ids": [1, 12]}',
+          /token_ids\[1\] is 12; expected a token id from 0 to 11/,
+        ],
+        ['fractional draft id', '{"token_ids": [1.5]}', /token_ids\[0\] is 1\.5/],
+        ['draft id twice', '{"token_ids": [4, 2, 4]}', /token id 4 is listed twice/],
+      ] as const
+    ).map(([name, text, message]): [string, (dir: string) => void, RegExp] => [
+      name,
+      (dir) => {
+        buildMedusaAdapter(dir, base)
+        writeFileSync(join(dir, 'medusa_draft_vocab.json'), text)
+      },
+      message,
+    ]),
   ]
   for (const [name, build, message] of cases) {
     await t.test(name, async (t) => {

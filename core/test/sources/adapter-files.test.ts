@@ -60,6 +60,16 @@ t.test('Medusa detection', async (t) => {
     { files: ['adapter_config.json', 'config.json', 'medusa_lm_head.safetensors'], lora: true, medusa: true },
     'either part may bring the weights',
   )
+  t.same(
+    pickAdapterFiles(['medusa_draft_vocab.json', 'medusa_lm_head.safetensors', 'config.json']),
+    { files: ['config.json', 'medusa_lm_head.safetensors', 'medusa_draft_vocab.json'], lora: false, medusa: true },
+    "the heads' draft vocabulary comes with their weights",
+  )
+  t.same(
+    pickAdapterFiles(['adapter_config.json', 'adapter_model.safetensors', 'config.json', 'medusa_draft_vocab.json']),
+    { files: ['adapter_config.json', 'adapter_model.safetensors', 'config.json'], lora: true, medusa: false },
+    'but not without them',
+  )
 })
 
 t.test('folders that are not adapters say why', async (t) => {

@@ -119,7 +119,13 @@ export interface NativeRuntime {
     tensors: readonly NativeTensor[]
   }): Promise<{ dtype: string; device: 'cpu' | 'cuda'; threads: number; kvBlocks: number }>
   loadLora(slot: number, modules: readonly NativeLoraModule[]): Promise<void>
-  loadMedusa(slot: number, numLayers: number, heads: readonly NativeMedusaHead[]): Promise<void>
+  /** `draftVocabulary`: ascending token ids the heads draft from (`MedusaWeights.draftVocabulary`). */
+  loadMedusa(
+    slot: number,
+    numLayers: number,
+    heads: readonly NativeMedusaHead[],
+    draftVocabulary?: Int32Array,
+  ): Promise<void>
   unload(slot: number): void
   step(packed: NativePackedStep): Promise<void>
   /** The same step on the calling (JS) thread, blocking it until done; throws what `step` rejects with. */

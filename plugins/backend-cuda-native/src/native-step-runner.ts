@@ -152,7 +152,7 @@ export class NativeStepRunner implements StepRunner {
           biases: h.blocks.map((b) => b.bias),
           ...(h.lmHead ? { lmHead: h.lmHead } : {}),
         }))
-        await runtime.loadMedusa(slot, weights.numLayers, heads)
+        await runtime.loadMedusa(slot, weights.numLayers, heads, weights.draftVocabulary)
         this.slots[slot] = { kind: 'medusa' }
       }
       return slot

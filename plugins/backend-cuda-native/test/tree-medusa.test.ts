@@ -142,4 +142,98 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
     return v + s
   })
   t.ok(relErrorTopIds(m1.draftIds.subarray(DRAFT_K), shifted1) <= 1e-4, 'own lm_head after the residual (version 1)')
+  await runner.unloadAdapter(v1)
+
+  // A draft vocabulary (FR-Spec): each head's best ids among those tokens only, for heads on the
+  // base lm_head (rows gathered on the device) and with their own (gathered at load). It leaves
+  // out the base logits' 3 best ids and every third id, so the ranking must change.
+  const base2 = branch2.forward([13])[0]!
+  const best3 = Array.from(base2.keys())
+    .sort((a, b) => base2[b]! - base2[a]! || a - b)
+    .slice(0, 3)
+  const draftVocabulary = Int32Array.from(
+    Array.from({ length: V }, (_, id) => id).filter((id) => id % 3 !== 1 && !best3.includes(id)),
+  )
+  const within = (ids: Int32Array, logits: Float64Array): number => {
+    const index = new Map(Array.from(draftVocabulary, (id, i) => [id, i]))
+    if (!Array.from(ids).every((id) => index.has(id))) return Infinity
+    return relErrorTopIds(
+      Array.from(ids, (id) => index.get(id)!),
+      Array.from(draftVocabulary, (id) => logits[id]!),
+    )
+  }
+  const shiftedBy = (logits: Float64Array) =>
+    Float64Array.from(logits, (v, o) => {
+      let s = 0
+      for (let i = 0; i < H; i++) s += lmHead[o * H + i]! * silu[i]!
+      return v + s
+    })
+  for (const [kind, heads] of [
+    ['base lm_head', medusa.heads],
+    ['own lm_head', medusa.heads.map((h) => ({ ...h, lmHead: own }))],
+  ] as const) {
+    const slot = await runner.loadAdapter({ ...medusa, key: `draft-${kind}`, heads, draftVocabulary })
+    const logits = kind === 'base lm_head' ? base2 : branch2.forward([14])[0]!
+    const d = await runner.step(
+      batchOf([seq.row([kind === 'base lm_head' ? 13 : 14], { medusaSlot: slot, medusaHeads: 2 })], DRAFT_K),
+    )
+    const zero = d.draftIds.subarray(0, DRAFT_K)
+    t.ok(within(zero, logits) <= 1e-4, `${kind}: head 0's best ids within the draft vocabulary: ${zero}`)
+    t.ok(within(d.draftIds.subarray(DRAFT_K), shiftedBy(logits)) <= 1e-4, `${kind}: head 1 within the draft vocabulary`)
+    if (kind === 'base lm_head') t.notOk(zero.includes(best3[0]!), 'the left-out best id is never drafted')
+    await runner.unloadAdapter(slot)
+  }
+  await t.rejects(
+    runner.loadAdapter({ ...medusa, key: 'unsorted', draftVocabulary: Int32Array.of(5, 3) }),
+    { code: 'adapter_invalid', message: /draft vocabulary entry 1 is 3; expected ascending token ids/ },
+    'an unsorted draft vocabulary is refused',
+  )
+  await t.rejects(
+    runner.loadAdapter({ ...medusa, key: 'too-large', draftVocabulary: Int32Array.of(V) }),
+    { code: 'adapter_invalid' },
+    'an id outside the vocabulary is refused',
+  )
+  t.equal(await runner.loadAdapter(medusa), 0, 'refused loads leave their slot free')
 })
+
+// The draft LM head's rows are copied in the weights' own format (f32, bf16, int8 blocks with
+// their scales): a head's ids over a draft vocabulary are exactly its full ranking's first ids
+// that the vocabulary holds (the same logits, bit for bit, read from the gathered rows).
+for (const [dtype, weights] of [
+  ['float32', 'auto'],
+  ['bfloat16', 'auto'],
+  ['float32', 'int8'],
+] as const) {
+  t.test(`draft vocabulary over ${weights === 'int8' ? 'int8' : dtype} weights`, async (t) => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'loom-native-draft-'))
+    t.teardown(() => rm(dir, { recursive: true, force: true }))
+    await buildModel(dir, { arch: 'llama', hiddenSize: 64, numLayers: 1, seed: 9, dtype })
+    const runner = new NativeStepRunner(dir, { threads: 2, kv_cache_tokens: 64, kv_block_size: 4, weights })
+    t.teardown(() => runner.close())
+    const spec = await runner.load()
+    const V = spec.vocabSize
+    const H = spec.hiddenSize
+    const bias = Float32Array.from({ length: H }, (_, i) => Math.cos(i) * 0.5)
+    const heads = [0, 1].map(() => ({ blocks: [{ weight: new Float32Array(H * H), bias }] }))
+    const medusa: MedusaWeights = { kind: 'medusa', key: 'full', numHeads: 2, numLayers: 1, heads }
+    // Runs of consecutive ids (one device copy each) and lone ids.
+    const draftVocabulary = Int32Array.from(
+      Array.from({ length: V }, (_, id) => id).filter((id) => id % 7 < 3 || id % 11 === 0),
+    )
+    const full = await runner.loadAdapter(medusa)
+    const cut = await runner.loadAdapter({ ...medusa, key: 'cut', draftVocabulary })
+    const K = 6
+    const prompt = [3, 1, 4, 1, 5]
+    const draftsOf = async (slot: number, k: number): Promise<Int32Array> => {
+      const seq = new TestSequence(1, spec.kvBlockSize, blockAllocator(spec.kvBlockCount))
+      return (await runner.step(batchOf([seq.row(prompt, { medusaSlot: slot, medusaHeads: 2 })], k))).draftIds
+    }
+    const ranking = await draftsOf(full, V)
+    const got = await draftsOf(cut, K)
+    const kept = new Set(draftVocabulary)
+    for (const h of [0, 1]) {
+      const expected = Array.from(ranking.subarray(h * V, (h + 1) * V)).filter((id) => kept.has(id))
+      t.same(Array.from(got.subarray(h * K, (h + 1) * K)), expected.slice(0, K), `head ${h}`)
+    }
+  })
+}

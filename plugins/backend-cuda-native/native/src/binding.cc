@@ -374,7 +374,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
     return queue(env, [model, slot, mods] { return model->load_lora(slot, mods); }, nullptr, {info[1]});
   }
 
-  // loadMedusa(slot, numLayers, heads[{weights: Float32Array[], biases: Float32Array[], lmHead?}]) -> Promise<void>
+  // loadMedusa(slot, numLayers, heads[{weights: Float32Array[], biases: Float32Array[], lmHead?}],
+  //            draftVocabulary?: Int32Array) -> Promise<void>
   Napi::Value LoadMedusa(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     Status st = usable();
@@ -419,9 +420,23 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       }
       heads.push_back(std::move(in));
     }
+    // Ascending ids below the vocabulary (load_medusa checks; copied: the load runs later).
+    std::vector<int32_t> draft;
+    if (!info[3].IsUndefined() && !info[3].IsNull()) {
+      Napi::Object holder = Napi::Object::New(env);
+      holder.Set("v", info[3]);
+      int32_t* ids;
+      int64_t len;
+      st = typed(holder, "v", napi_int32_array, "Medusa draft vocabulary", -1, "[ids]", &ids, &len);
+      if (st.ok() && (len < 1 || len > V))
+        st = bad_arg("Medusa draft vocabulary: expected 1 to " + std::to_string(V) + " ids, got " + std::to_string(len));
+      if (!st.ok()) return throw_status(env, Status::Error("adapter_invalid", st.message));
+      draft.assign(ids, ids + len);
+    }
     loom::LlamaModel* model = model_.get();
-    return queue(env, [model, slot, layers, heads] { return model->load_medusa(slot, layers, heads); }, nullptr,
-                 {info[2]});
+    return queue(
+        env, [model, slot, layers, heads, draft] { return model->load_medusa(slot, layers, heads, draft); }, nullptr,
+        {info[2]});
   }
 
   // unload(slot): synchronous, it only frees host memory; the engine guarantees the slot is idle.

@@ -244,9 +244,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
     if (T > 0) simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { argmax_kernel(x, ld, V, out); });
   }
-  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) override {
     if (T > 0 && K > 0)
-      simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { top_k_kernel(x, ld, V, K, out); });
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { top_k_kernel(x, ld, V, K, ids, out); });
   }
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override {
     if (T > 0)

@@ -96,8 +96,8 @@ class ForwardingDevice : public Device {
   void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows, int32_t* leaf) override {
     inner_->tree_walk(tokens, argmax, rows, nrows, leaf);
   }
-  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {
-    inner_->top_k(x, T, ld, V, K, out);
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) override {
+    inner_->top_k(x, T, ld, V, K, ids, out);
   }
   void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
               float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override {

@@ -578,7 +578,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
     if (st.ok()) st = m->load({file}, table);
     if (st.ok()) st = m->load_lora(kSlotLora8, l8.modules);
     if (st.ok()) st = m->load_lora(kSlotLora16, l16.modules);
-    if (st.ok()) st = m->load_medusa(kSlotMedusa, 1, med.heads);
+    if (st.ok()) st = m->load_medusa(kSlotMedusa, 1, med.heads, {});
   }
   unlink(file.c_str());  // mapped: the data stays until the models go
   rmdir(dir.c_str());

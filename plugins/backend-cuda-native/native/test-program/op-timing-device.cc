@@ -138,8 +138,8 @@ void OpTimingDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, con
                                int32_t* leaf) {
   timed("tree_walk", [&] { inner_->tree_walk(tokens, argmax, rows, nrows, leaf); });
 }
-void OpTimingDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
-  timed("top_k", [&] { inner_->top_k(x, T, ld, V, K, out); });
+void OpTimingDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
+  timed("top_k", [&] { inner_->top_k(x, T, ld, V, K, ids, out); });
 }
 void OpTimingDevice::sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top,
                             int32_t* token, float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) {

@@ -67,7 +67,7 @@ class OpTimingDevice final : public ForwardingDevice {
   void log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) override;
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override;
   void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows, int32_t* leaf) override;
-  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override;
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) override;
   void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
               float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override;
 

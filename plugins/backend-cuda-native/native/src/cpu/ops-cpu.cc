@@ -814,13 +814,14 @@ void CpuDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, do
 
 // Per row: one pass keeping the K best in a sorted list; a value enters only if it beats the
 // current K-th (strictly, so the earlier index of a tie stays ahead), which for K << V is almost
-// every element's only work: one compare.
-void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
+// every element's only work: one compare. Indices map through ids last.
+void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
+  const auto map = [ids](int32_t i) { return i < 0 || !ids ? i : ids[i]; };
   if (K == 1) {  // a chain's heads: the row maximum by vector max, then its first index
     for_range(pool_, T, V, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; t++) {
         const float* row = x + t * ld;
-        out[t] = first_index_of(row, V, row_max(row, V, -std::numeric_limits<float>::infinity()));
+        out[t] = map(first_index_of(row, V, row_max(row, V, -std::numeric_limits<float>::infinity())));
       }
     });
     return;
@@ -829,7 +830,7 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
     std::vector<float> vals(size_t(std::max(K, 1)));
     for (int64_t t = t0; t < t1; t++) {
       const float* row = x + t * ld;
-      int32_t* ids = out + t * K;
+      int32_t* best = out + t * K;
       int filled = 0;
       // Insert row[i] into the sorted best K (ties keep the lower index first).
       auto offer = [&](int64_t i) {
@@ -839,10 +840,10 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
         int j = filled < K ? filled++ : K - 1;
         for (; j > 0 && v > vals[size_t(j - 1)]; j--) {
           vals[size_t(j)] = vals[size_t(j - 1)];
-          ids[j] = ids[j - 1];
+          best[j] = best[j - 1];
         }
         vals[size_t(j)] = v;
-        ids[j] = int32_t(i);
+        best[j] = int32_t(i);
       };
       int64_t i = 0;
       for (; i < V && filled < K; i++) offer(i);
@@ -855,7 +856,8 @@ void CpuDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, i
         for (int64_t u = i; u < i + 8; u++) offer(u);
       }
       for (; i < V; i++) offer(i);
-      for (int j = filled; j < K; j++) ids[j] = -1;
+      for (int j = filled; j < K; j++) best[j] = -1;
+      for (int j = 0; j < filled; j++) best[j] = map(best[j]);
     }
   });
 }

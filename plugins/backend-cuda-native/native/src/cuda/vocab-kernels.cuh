@@ -38,7 +38,7 @@ __global__ void argmax_kernel(const float* x, int64_t ld, int64_t V, int32_t* ou
 // non-NaN x[t, i<V], -1 once none is left. K passes over the row, each taking the best element
 // strictly after the previous pick in that order (so ties and duplicates are handled without a
 // list of taken indices). One block per row t. x [T, ld], out [T, K]
-__global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, int32_t* out) {
+__global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
   LOOM_SHARED(Pick[32], scratch);
   const float* row = x + int64_t(blockIdx.x) * ld;
   Pick prev{INFINITY, -1};
@@ -54,7 +54,7 @@ __global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, int32
       }
     }
     const Pick best = prev.idx == INT_MAX ? prev : block_best(p, scratch);
-    if (threadIdx.x == 0) out[int64_t(blockIdx.x) * K + j] = best.idx == INT_MAX ? -1 : best.idx;
+    if (threadIdx.x == 0) out[int64_t(blockIdx.x) * K + j] = best.idx == INT_MAX ? -1 : ids ? ids[best.idx] : best.idx;
     prev = best;
     have_prev = true;
   }

@@ -11,9 +11,9 @@ void CudaDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_
   check(cudaGetLastError(), "argmax launch");
 }
 
-void CudaDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) {
+void CudaDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
   if (T <= 0 || K <= 0) return;
-  top_k_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, K, out);
+  top_k_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, K, ids, out);
   check(cudaGetLastError(), "top_k launch");
 }
 

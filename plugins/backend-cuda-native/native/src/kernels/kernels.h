@@ -174,7 +174,8 @@ class Device {
   // (fastest there), bf16/f16 on a GPU. The reference implements all three.
   virtual DType kv_dtype() const { return DType::F32; }
   // Threads: one thread steps the model (issuing ops and transfers) while an adapter-loading
-  // thread may call alloc, upload, release and synchronize at the same time.
+  // thread may call alloc, upload, release and synchronize at the same time, and copy from memory
+  // that steps only read (the base weights) into memory no step uses yet.
 
   // ---- Ops ----
 
@@ -307,9 +308,11 @@ class Device {
   virtual void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                            int32_t* leaf) = 0;
 
-  // Semantics: for t<T, j<K: out[t*K + j] = the index of row t's j-th largest value, i<V, ties to
-  // the lower index, NaN never chosen; -1 where the row has fewer than j+1 non-NaN values.
-  virtual void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) = 0;
+  // Semantics: for t<T, j<K: i = the index of row t's j-th largest value, i<V, ties to the lower
+  // index, NaN never chosen; out[t*K + j] = ids ? ids[i] : i, or -1 where the row has fewer than
+  // j+1 non-NaN values. ids [V] (device, or null): what each column stands for, as when a row's
+  // columns are a vocabulary subset (Medusa heads over a draft vocabulary) and out are token ids.
+  virtual void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) = 0;
 
   // The engine's token sampler (core/src/engine/sampler/token-sampler.ts) on logits rows: the same
   // token for the same logits, parameters, seed and draws, bit for bit (JS numbers are f64, Math.exp

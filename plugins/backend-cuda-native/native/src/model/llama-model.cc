@@ -42,7 +42,7 @@ Status upload_new(Device* dev, const T* src, int64_t count, const char* what, De
 struct MedusaHeadSlot {
   std::vector<DeviceBuffer<float>> w;  // numLayers × [H, H]
   std::vector<DeviceBuffer<float>> b;  // numLayers × [H]
-  DeviceBuffer<float> lm_head;         // [V, H] or empty (use the base lm_head)
+  DeviceBuffer<float> lm_head;         // [DV, H] (the draft vocabulary's rows) or empty (base lm_head)
 };
 
 struct LlamaModel::Slot {
@@ -51,6 +51,11 @@ struct LlamaModel::Slot {
   std::vector<std::array<LoraModuleSlot, kNumLoraModules>> lora;  // [layers]
   std::vector<MedusaHeadSlot> medusa;
   int medusa_layers = 0;
+  // The heads' draft vocabulary: DV ascending token ids (0: the whole vocabulary, no ids) and,
+  // for heads sharing the base LM head, its DV rows in its dtype, [DV, row bytes].
+  int64_t draft_vocab = 0;
+  DeviceBuffer<int32_t> draft_ids;
+  DeviceBuffer<uint8_t> draft_lm_head;
 };
 
 namespace {
@@ -259,17 +264,31 @@ Status LlamaModel::load_lora(int slot, const std::vector<LoraModuleInput>& modul
 }
 
 // Upload Medusa heads into a free slot (f32, owned by the slot); version 2 heads have no lm_head
-// and reuse the base model's at step time.
-Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads) {
+// and reuse the base model's at step time. With a draft vocabulary the slot holds only its rows
+// of the LM heads: own heads' rows gathered on the host before the upload, the base LM head's
+// copied on the device (runs of consecutive ids as one copy; the base rows are read-only, so
+// this loading thread may copy them while a step runs).
+Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads,
+                               const std::vector<int32_t>& draft_vocab) {
   if (slot < 0 || slot >= int(slots_.size())) return invalid("adapter slot " + std::to_string(slot) + " out of range");
   Slot& s = *slots_[size_t(slot)];
   if (s.kind.load() != Slot::kFree) return invalid("adapter slot " + std::to_string(slot) + " is not free");
-  const int64_t H = cfg_.hidden;
+  const int64_t H = cfg_.hidden, V = cfg_.vocab, DV = int64_t(draft_vocab.size());
+  for (int64_t i = 0; i < DV; i++) {
+    const int32_t id = draft_vocab[size_t(i)];
+    if (id < 0 || id >= V || (i > 0 && id <= draft_vocab[size_t(i - 1)]))
+      return Status::Error("adapter_invalid", "draft vocabulary entry " + std::to_string(i) + " is " +
+                                                  std::to_string(id) + "; expected ascending token ids below " +
+                                                  std::to_string(V));
+  }
   Status st = Status::Ok();
+  std::vector<float> gathered;  // an own LM head's draft rows, [DV, H]
   try {
     s.medusa.clear();
     s.medusa.resize(heads.size());
     s.medusa_layers = num_layers;
+    s.draft_vocab = DV;
+    bool shared_lm = false;
     for (size_t h = 0; h < heads.size() && st.ok(); h++) {
       MedusaHeadSlot& dst = s.medusa[h];
       dst.w.resize(size_t(num_layers));
@@ -278,7 +297,28 @@ Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<Medus
         st = upload_new(dev_, heads[h].weights[size_t(l)], H * H, "Medusa weights", &dst.w[size_t(l)]);
         if (st.ok()) st = upload_new(dev_, heads[h].biases[size_t(l)], H, "Medusa weights", &dst.b[size_t(l)]);
       }
-      if (st.ok() && heads[h].lm_head) st = upload_new(dev_, heads[h].lm_head, cfg_.vocab * H, "Medusa weights", &dst.lm_head);
+      shared_lm = shared_lm || !heads[h].lm_head;
+      if (!st.ok() || !heads[h].lm_head) continue;
+      if (DV == 0) {
+        st = upload_new(dev_, heads[h].lm_head, V * H, "Medusa weights", &dst.lm_head);
+        continue;
+      }
+      // The upload reads `gathered` asynchronously: synchronize before it is refilled.
+      if (!gathered.empty()) st = dev_->synchronize();
+      gathered.resize(size_t(DV * H));
+      for (int64_t i = 0; i < DV && st.ok(); i++)
+        std::memcpy(&gathered[size_t(i * H)], heads[h].lm_head + int64_t(draft_vocab[size_t(i)]) * H, size_t(H) * 4);
+      if (st.ok()) st = upload_new(dev_, gathered.data(), DV * H, "Medusa weights", &dst.lm_head);
+    }
+    if (st.ok() && DV > 0) st = upload_new(dev_, draft_vocab.data(), DV, "Medusa draft vocabulary", &s.draft_ids);
+    if (st.ok() && DV > 0 && shared_lm) {
+      const int64_t row = weight_row_bytes(lm_head_.dtype, H);
+      st = s.draft_lm_head.allocate(dev_, DV * row, "Medusa draft LM head");
+      const auto* src = static_cast<const uint8_t*>(lm_head_.data);
+      for (int64_t i = 0, j; i < DV && st.ok(); i = j) {
+        for (j = i + 1; j < DV && draft_vocab[size_t(j)] == draft_vocab[size_t(j - 1)] + 1;) j++;
+        dev_->copy(s.draft_lm_head.data() + i * row, src + int64_t(draft_vocab[size_t(i)]) * row, (j - i) * row);
+      }
     }
   } catch (const std::bad_alloc&) {
     st = Status::Error("adapter_load_failed", "out of memory copying Medusa weights");
@@ -287,6 +327,9 @@ Status LlamaModel::load_medusa(int slot, int num_layers, const std::vector<Medus
   if (st.ok()) st = synced;
   if (!st.ok()) {
     s.medusa.clear();
+    s.draft_vocab = 0;
+    s.draft_ids.reset();
+    s.draft_lm_head.reset();
     if (st.code == "model_invalid") st.code = "adapter_load_failed";
     return st;
   }
@@ -303,6 +346,9 @@ Status LlamaModel::unload(int slot) {
   s.kind.store(Slot::kFree);
   std::vector<std::array<LoraModuleSlot, kNumLoraModules>>().swap(s.lora);
   std::vector<MedusaHeadSlot>().swap(s.medusa);
+  s.draft_vocab = 0;
+  s.draft_ids.reset();
+  s.draft_lm_head.reset();
   return Status::Ok();
 }
 
@@ -938,23 +984,28 @@ Status LlamaModel::forward(const StepInput& in) {
       }
       dev_->silu_residual(t, NH * H, xh);
     }
+    // The heads' logits cover the slot's draft vocabulary (DV columns, each standing for the id
+    // draft_ids holds), or the whole vocabulary.
+    const int64_t DV = s.draft_vocab > 0 ? s.draft_vocab : V;
+    const WeightView base_lm = s.draft_vocab > 0 ? WeightView{s.draft_lm_head.data(), lm_head_.dtype, DV, H} : lm_head_;
     bool shared_lm = true;
     for (int64_t h = 0; h < NH; h++) shared_lm = shared_lm && s.medusa[size_t(h)].lm_head.empty();
     if (shared_lm) {
-      const MatmulJob job{lm_head_, nullptr, out, V};  // rows h in order: out [NH, V]
+      const MatmulJob job{base_lm, nullptr, out, DV};  // rows h in order: out [NH, DV]
       dev_->matmul(xh, NH, H, &job, 1, false);
     } else {
       for (int64_t h = 0; h < NH; h++) {
         const MedusaHeadSlot& hs = s.medusa[size_t(h)];
-        const WeightView lm = hs.lm_head.empty() ? lm_head_ : WeightView{hs.lm_head.data(), DType::F32, V, H};
-        const MatmulJob job{lm, nullptr, out + h * V, V};
+        const WeightView lm = hs.lm_head.empty() ? base_lm : WeightView{hs.lm_head.data(), DType::F32, DV, H};
+        const MatmulJob job{lm, nullptr, out + h * DV, DV};
         dev_->matmul(xh + h * H, 1, H, &job, 1, false);
       }
     }
     // Each head's K best ids, what the engine's draft takes.  [NH, K]
-    dev_->top_k(out, NH, V, V, in.draft_top_k, draft_out);
+    dev_->top_k(out, NH, DV, DV, in.draft_top_k, s.draft_vocab > 0 ? s.draft_ids.data() : nullptr, draft_out);
     if (in.debug_medusa_logits)
-      dev_->download(in.debug_medusa_logits + (draft_out - draft_ids) / in.draft_top_k * V, out, NH * V * 4);
+      for (int64_t h = 0; h < NH; h++)
+        dev_->download(in.debug_medusa_logits + ((draft_out - draft_ids) / in.draft_top_k + h) * V, out + h * DV, DV * 4);
     draft_out += NH * in.draft_top_k;
   }
 

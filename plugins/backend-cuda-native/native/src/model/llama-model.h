@@ -100,7 +100,8 @@ struct StepInput {
   int64_t tokens_len = 0, top_len = 0, scores_len = 0, walk_ends_len = 0, draft_ids_len = 0;
   // Inspection for the native check program (never set by the addon): when non-null, copies of the
   // step's logits [S + C, V] (sampled positions, then scored ones) and its heads' logits
-  // [Σ heads of M rows, V] (rows in batch order), to compare devices value by value.
+  // [Σ heads of M rows, V] (rows in batch order; a slot with a draft vocabulary fills the first
+  // |draft vocabulary| columns of each head's row, in its order), to compare devices value by value.
   float* debug_logits = nullptr;
   float* debug_medusa_logits = nullptr;
 };
@@ -133,7 +134,12 @@ class LlamaModel {
   Status load(const std::vector<std::string>& files, std::vector<TensorDesc> tensors);
   // Copy adapters into a free slot. The slot must be free.
   Status load_lora(int slot, const std::vector<LoraModuleInput>& modules);
-  Status load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads);
+  // draft_vocab: ascending token ids the heads draft from (FR-Spec's reduced LM head), or empty
+  // for the whole vocabulary. The slot keeps those rows of the heads' LM head (the base one,
+  // gathered on the device, or each head's own), so a head's logits cost |draft_vocab| rows, not
+  // the vocabulary's; drafts are proposals only, verified against the full LM head.
+  Status load_medusa(int slot, int num_layers, const std::vector<MedusaHeadInput>& heads,
+                     const std::vector<int32_t>& draft_vocab);
   Status unload(int slot);
   // Validate and run one forward pass.
   Status step(const StepInput& in);

@@ -247,13 +247,16 @@ class ReferenceDevice final : public Device {
     sample_reference(x, ld, V, params, nrows, max_top, token, logprob, top_ids, top_logprobs, scratch);
   }
 
-  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, int32_t* out) override {
+  void top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) override {
     for (int64_t t = 0; t < T; t++) {
       std::vector<int32_t> idx;
       for (int64_t i = 0; i < V; i++)
         if (!std::isnan(x[t * ld + i])) idx.push_back(int32_t(i));
       std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return x[t * ld + a] > x[t * ld + b]; });
-      for (int j = 0; j < K; j++) out[t * K + j] = j < int(idx.size()) ? idx[size_t(j)] : -1;
+      for (int j = 0; j < K; j++) {
+        const int32_t i = j < int(idx.size()) ? idx[size_t(j)] : -1;
+        out[t * K + j] = i < 0 || !ids ? i : ids[i];
+      }
     }
   }
 

@@ -557,16 +557,23 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
     for (int64_t i = 4; i < V; i++) x[size_t(3 * V + i)] = std::numeric_limits<float>::quiet_NaN();
     x[size_t(3 * V)] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 1; i < 4; i++) x[size_t(3 * V + i)] = -std::numeric_limits<float>::infinity();
+    // ids: columns standing for token ids (a draft vocabulary: ascending, with gaps).
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; i++) ids[size_t(i)] = int32_t(3 * i + i % 2);
     for (const int k : {K, 1}) {  // K = 1 takes its own vector path
-      std::vector<int32_t> out[2];
-      for (int side = 0; side < 2; side++) {
-        Device* d = side ? ref : dev;
-        auto xb = put(d, x);
-        auto ob = put(d, std::vector<int32_t>(size_t(T * k)));
-        d->top_k(xb.data(), T, V, V, k, ob.data());
-        out[side] = get(d, ob, size_t(T * k));
+      for (const bool mapped : {false, true}) {
+        std::vector<int32_t> out[2];
+        for (int side = 0; side < 2; side++) {
+          Device* d = side ? ref : dev;
+          auto xb = put(d, x);
+          auto ib = put(d, ids);
+          auto ob = put(d, std::vector<int32_t>(size_t(T * k)));
+          d->top_k(xb.data(), T, V, V, k, mapped ? ib.data() : nullptr, ob.data());
+          out[side] = get(d, ob, size_t(T * k));
+        }
+        compare_exact(ck, mapped ? "top_k ids" : "top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", k}}), out[0],
+                      out[1]);
       }
-      compare_exact(ck, "top_k", dims("top_k", {{"T", T}, {"V", V}, {"K", k}}), out[0], out[1]);
     }
   }
   // log_sum_exp: logit-like rows (scaled so one token dominates some rows), a vocabulary that is
