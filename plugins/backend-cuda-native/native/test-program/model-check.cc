@@ -229,7 +229,9 @@ void make_medusa(const ModelConfig& c, int nheads, uint64_t seed, MedusaHost* ou
 
 // ---- Rows and steps ----
 
-constexpr int kSlotLora8 = 0, kSlotLora16 = 1, kSlotMedusa = 2, kHeads = 3;
+// kSlotMedusaDraft: the same heads over a draft vocabulary (every id but those ≡ 2 mod 3: runs of
+// two with gaps), so their LM head is rows copied on the device and their drafts map through it.
+constexpr int kSlotLora8 = 0, kSlotLora16 = 1, kSlotMedusa = 2, kSlotMedusaDraft = 3, kHeads = 3;
 constexpr int kBlockSize = 16, kBlocksPerSeq = 10;
 // The draft tree of a Medusa row: node 0 is the root (the last accepted token), nodes 1 and 2
 // its children, 3 and 4 children of 1, 5 a child of 3.
@@ -249,6 +251,7 @@ struct Seq {
   std::vector<int32_t> copy_from, copy_to;  // KV compaction to apply at the next step
   std::vector<int32_t> oracle;    // the plain greedy continuation of the prompt
   std::vector<int32_t> blocks[2];
+  const std::vector<int32_t>* draft_vocab = nullptr;  // its heads' draft vocabulary (null: the whole one)
 };
 
 // One row's step inputs and where its outputs land; the storage stays put while the step runs.
@@ -263,6 +266,7 @@ struct RowIO {
 struct StepResult {
   std::vector<float> logits, medusa;  // [Σ n, V] every position of every row in batch order; [Σ heads, V]
   std::vector<int32_t> leaves;        // each row's walk end (-1: a causal row)
+  std::vector<int32_t> drafts;        // [Σ heads] each head's best id, as the step returned it
   std::vector<RowIO> io;
 };
 
@@ -358,6 +362,7 @@ Status run_step(loom::LlamaModel* model, std::vector<Seq*>& seqs, int lane, Step
   in.debug_logits = step_logits.data();
   in.debug_medusa_logits = r->medusa.data();
   LOOM_RETURN_IF_ERROR(model->step(in));
+  r->drafts = draft_ids;
   r->logits.assign(size_t(nlog * V), 0.0f);
   for (size_t k = 0; k < seqs.size(); k++) {
     const RowIO& io = r->io[k];
@@ -421,7 +426,14 @@ std::vector<int32_t> advance(std::vector<Seq*>& seqs, const StepResult& r, int64
     // logits of the leaf are (one block per head). While the row still follows its oracle, some
     // nodes take the oracle's tokens so accepted paths of length 0..3 all occur.
     const float* heads = &r.medusa[size_t(io.medusa_row * V)];
-    std::vector<int32_t> h0 = top2(heads, V), h1 = top2(heads + V, V), h2 = top2(heads + 2 * V, V);
+    const int64_t DV = s.draft_vocab ? int64_t(s.draft_vocab->size()) : V;  // columns of a head's logits
+    auto best2 = [&](const float* x) {
+      std::vector<int32_t> ids = top2(x, DV);
+      if (s.draft_vocab)
+        for (int32_t& id : ids) id = (*s.draft_vocab)[size_t(id)];
+      return ids;
+    };
+    std::vector<int32_t> h0 = best2(heads), h1 = best2(heads + V), h2 = best2(heads + 2 * V);
     std::vector<int32_t> draft = {bonus, h0[0], h0[1], h1[0], h1[1], h2[0]};
     const size_t q = s.out.size();  // the oracle's next tokens are oracle[q], oracle[q+1], ...
     const bool on_track = s.oracle.size() >= q + 3 && std::equal(s.out.begin(), s.out.end(), s.oracle.begin());
@@ -525,6 +537,7 @@ struct RunResult {
   Worst worst, solo_worst;
   TokenCount greedy, solo, sampled_same_logits, sampled_own_logits;
   int64_t tree_steps = 0, tree_accepted = 0;  // tree-row decode steps and draft tokens they accepted
+  TokenCount drafts;  // each head's returned id against the first maximum of its logits (both devices)
   bool medusa_plain = true;                   // every tree row's output equals its plain greedy one
   std::string error;
   double seconds = 0;
@@ -566,7 +579,7 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
   ro.kv_blocks = 12 * kBlocksPerSeq;
   ro.kv_block_size = kBlockSize;
   ro.max_batch_tokens = 96;
-  ro.adapter_slots = 3;
+  ro.adapter_slots = 4;
   ro.max_lora_rank = 16;
   loom::LlamaModel dmodel(dut, c, ro), bmodel(base, c, ro);
   LoraHost l8, l16;
@@ -574,11 +587,15 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
   make_lora(c, 8, {loom::kQ, loom::kK, loom::kV, loom::kO, loom::kGate, loom::kUp, loom::kDown}, opt.seed * 31 + 1, &l8);
   make_lora(c, 16, {loom::kQ, loom::kV, loom::kO}, opt.seed * 31 + 2, &l16);
   make_medusa(c, kHeads, opt.seed * 31 + 3, &med);
+  std::vector<int32_t> draft_vocab;
+  for (int32_t id = 0; id < int32_t(V); id++)
+    if (id % 3 != 2) draft_vocab.push_back(id);
   for (loom::LlamaModel* m : {&dmodel, &bmodel}) {
     if (st.ok()) st = m->load({file}, table);
     if (st.ok()) st = m->load_lora(kSlotLora8, l8.modules);
     if (st.ok()) st = m->load_lora(kSlotLora16, l16.modules);
     if (st.ok()) st = m->load_medusa(kSlotMedusa, 1, med.heads, {});
+    if (st.ok()) st = m->load_medusa(kSlotMedusaDraft, 1, med.heads, draft_vocab);
   }
   unlink(file.c_str());  // mapped: the data stays until the models go
   rmdir(dir.c_str());
@@ -591,7 +608,9 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
   const int prompt_len[] = {13, 9, 21, 7, 10};
   seqs[1].lora = seqs[4].lora = kSlotLora8;
   seqs[2].lora = kSlotLora16;
-  seqs[3].medusa = seqs[4].medusa = kSlotMedusa;
+  seqs[3].medusa = kSlotMedusa;
+  seqs[4].medusa = kSlotMedusaDraft;
+  seqs[4].draft_vocab = &draft_vocab;
   seqs[3].mode = seqs[4].mode = Mode::kTree;
   int next_block = 0;
   for (size_t k = 0; k < seqs.size(); k++) {
@@ -647,6 +666,20 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
       track_worst(rd.medusa.data() + at, rb.medusa.data() + at, n, V, tol, "medusa logits", step, &res.worst,
                   rd.io[k].medusa_row);
     }
+    // Each head's returned draft is the first maximum of the logits it computed (over its draft
+    // vocabulary, mapped to a token id), on both devices.
+    for (const StepResult* r : {&rd, &rb})
+      for (size_t k = 0; k < all.size(); k++) {
+        const Seq& s = *all[k];
+        if (s.medusa < 0) continue;
+        const int64_t DV = s.draft_vocab ? int64_t(s.draft_vocab->size()) : V;
+        for (int h = 0; h < kHeads; h++) {
+          const int64_t row = r->io[k].medusa_row + h;
+          const int32_t best = argmax(&r->medusa[size_t(row * V)], DV);
+          res.drafts.total++;
+          res.drafts.same += r->drafts[size_t(row)] == (s.draft_vocab ? (*s.draft_vocab)[size_t(best)] : best);
+        }
+      }
     // Each row alone on the device under test (its own blocks), against its batched self.
     for (size_t k = 0; k < all.size() && st.ok(); k++) {
       std::vector<Seq*> one = {all[k]};
@@ -705,7 +738,8 @@ RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt,
 bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
   const std::string pair = std::string(dut->name()) + " vs " + base->name();
   std::printf("b. whole models (%s shapes), prefill + %d decode steps, rows: base, lora r8, lora r16, medusa "
-              "tree, lora r8 + medusa tree (sampled at every node, walked on the device); seed %llu\n",
+              "tree, lora r8 + medusa tree over a draft vocabulary (sampled at every node, walked on the device); "
+              "seed %llu\n",
               opt.small ? "small" : "real", opt.decode_steps, static_cast<unsigned long long>(opt.seed));
   std::printf("%-8s %-5s %-17s %6s %-13s %6s %-13s %-16s %-11s %5s  %s\n", "model", "dtype", "devices", "worst",
               "greedy", "solo", "solo greedy", "sampled same/own", "tree acc/=", "secs", "result");
@@ -716,7 +750,7 @@ bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
       const RunResult r = run_one(opt, spec, dt, dut, base);
       const bool ok = r.error.empty() && r.worst.ratio <= 1.0 && r.solo_worst.ratio <= 1.0 && r.greedy.ok() && r.solo.ok() &&
                       r.sampled_same_logits.same == r.sampled_same_logits.total && r.greedy.total > 0 &&
-                      r.medusa_plain;
+                      r.medusa_plain && r.drafts.total > 0 && r.drafts.same == r.drafts.total;
       char tree[48];
       std::snprintf(tree, sizeof tree, "%.2f %s", r.tree_steps ? double(r.tree_accepted) / double(r.tree_steps) : 0.0,
                     r.medusa_plain ? "yes" : "NO");
@@ -730,6 +764,9 @@ bool run_model_check(const ModelCheckOptions& opt, Device* dut, Device* base) {
                   r.error.empty() ? "" : (" (" + r.error + ")").c_str());
       if (r.worst.ratio > 1.0) std::printf("  worst: %s\n", r.worst.where.c_str());
       if (r.solo_worst.ratio > 1.0) std::printf("  worst alone: %s\n", r.solo_worst.where.c_str());
+      if (r.drafts.same != r.drafts.total)
+        std::printf("  drafts: %lld of %lld heads' ids are the first maximum of their logits\n",
+                    static_cast<long long>(r.drafts.same), static_cast<long long>(r.drafts.total));
       std::fflush(stdout);
     }
   }
