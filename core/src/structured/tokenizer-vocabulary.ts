@@ -3,6 +3,7 @@
  * string in id order plus how those strings encode bytes. XGrammar decodes each string itself
  * (byte-level `Ġ` → space, byte-fallback `<0x0A>` → newline) to learn which text each token adds.
  */
+import { byteLevelAlphabet } from '../tokenizer/byte-level-alphabet.ts'
 
 /** How token strings map to bytes (XGrammar's `VocabType`). */
 export type XGrammarVocabType = 'byte_level' | 'byte_fallback' | 'raw'
@@ -28,17 +29,6 @@ function components(node: unknown): Json[] {
 }
 
 const hasType = (node: unknown, type: string): boolean => components(node).some((c) => c.type === type)
-
-/** GPT-2's byte → printable character map (the ByteLevel alphabet). */
-function byteLevelAlphabet(): string[] {
-  const map = new Array<string>(256)
-  let extra = 0
-  for (let b = 0; b < 256; b++) {
-    const printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)
-    map[b] = String.fromCharCode(printable ? b : 256 + extra++)
-  }
-  return map
-}
 
 /**
  * Bytes that appear in no valid UTF-8 text. XGrammar 0.1.27 reads a lead byte C0/C1 as the start

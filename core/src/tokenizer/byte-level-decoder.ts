@@ -11,6 +11,7 @@
  * against the library before it is used; any difference and the caller keeps the general decoder.
  */
 import type { IncrementalDecoder } from '../contracts/tokenizer.ts'
+import { byteLevelAlphabet } from './byte-level-alphabet.ts'
 
 /** What `build` needs of the tokenizer: its parsed files and its own decode, to check against. */
 export interface ByteLevelSource {
@@ -24,17 +25,6 @@ export interface ByteLevelSource {
   tokenOf(id: number): string | undefined
   /** The tokenizer's decode, the reference the table must reproduce. */
   decode(ids: readonly number[], options: { skipSpecialTokens: boolean }): string
-}
-
-/** GPT-2's `bytes_to_unicode`: printable Latin-1 bytes are themselves, the rest move to U+0100 on. */
-function unicodeToByte(): Map<string, number> {
-  const map = new Map<string, number>()
-  let shifted = 0
-  for (let b = 0; b < 256; b++) {
-    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)
-    map.set(String.fromCodePoint(printable ? b : 256 + shifted++), b)
-  }
-  return map
 }
 
 /** How an id decodes: a run of bytes, verbatim text, or nothing (an id the tokenizer lacks). */
@@ -98,7 +88,7 @@ export class ByteLevelVocabulary {
     const extra = source.tokenizerConfig.additional_special_tokens
     if (Array.isArray(extra)) for (const entry of extra) if (typeof entry === 'string') specialContents.add(entry)
 
-    const table = unicodeToByte()
+    const table = new Map(byteLevelAlphabet().map((char, byte) => [char, byte]))
     const n = source.vocabSize
     const kinds = new Uint8Array(n)
     const special = new Uint8Array(n)
