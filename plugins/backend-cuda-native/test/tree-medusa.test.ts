@@ -115,14 +115,16 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
   const head0 = m.draftIds.subarray(0, DRAFT_K)
   t.ok(relErrorTopIds(head0, base) <= 1e-4, `zero head ranks as the base logits: ${head0}`)
   t.same(Array.from(head0), Array.from(m.topIds.subarray(0, DRAFT_K)), "zero head's ids are the row's top ids")
+  // Head 1's logits: the base logits plus lm_head · SiLU(bias) (its block's W is zero).
   const silu = Array.from(bias, (b) => b / (1 + Math.exp(-b)))
-  const shifted = Float64Array.from(base, (v, o) => {
-    let s = 0
-    for (let i = 0; i < H; i++) s += lmHead[o * H + i]! * silu[i]!
-    return v + s
-  })
+  const shiftedBy = (logits: Float64Array) =>
+    Float64Array.from(logits, (v, o) => {
+      let s = 0
+      for (let i = 0; i < H; i++) s += lmHead[o * H + i]! * silu[i]!
+      return v + s
+    })
   const head1 = m.draftIds.subarray(DRAFT_K)
-  t.ok(relErrorTopIds(head1, shifted) <= 1e-4, `bias, SiLU residual and base lm_head: ${head1}`)
+  t.ok(relErrorTopIds(head1, shiftedBy(base)) <= 1e-4, `bias, SiLU residual and base lm_head: ${head1}`)
   t.notSame(Array.from(head1), Array.from(head0), 'the bias moves the ranking')
 
   // Medusa v1 with its own lm_head (a copy of the base one) equals v2.
@@ -136,12 +138,10 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
   const m1 = await runner.step(batchOf([seq.row([12], { medusaSlot: v1, medusaHeads: 2 })], DRAFT_K))
   const base1 = branch2.forward([12])[0]!
   t.ok(relErrorTopIds(m1.draftIds.subarray(0, DRAFT_K), base1) <= 1e-4, 'own lm_head (version 1)')
-  const shifted1 = Float64Array.from(base1, (v, o) => {
-    let s = 0
-    for (let i = 0; i < H; i++) s += lmHead[o * H + i]! * silu[i]!
-    return v + s
-  })
-  t.ok(relErrorTopIds(m1.draftIds.subarray(DRAFT_K), shifted1) <= 1e-4, 'own lm_head after the residual (version 1)')
+  t.ok(
+    relErrorTopIds(m1.draftIds.subarray(DRAFT_K), shiftedBy(base1)) <= 1e-4,
+    'own lm_head after the residual (version 1)',
+  )
   await runner.unloadAdapter(v1)
 
   // A draft vocabulary (FR-Spec): each head's best ids among those tokens only, for heads on the
@@ -162,12 +162,6 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
       Array.from(draftVocabulary, (id) => logits[id]!),
     )
   }
-  const shiftedBy = (logits: Float64Array) =>
-    Float64Array.from(logits, (v, o) => {
-      let s = 0
-      for (let i = 0; i < H; i++) s += lmHead[o * H + i]! * silu[i]!
-      return v + s
-    })
   for (const [kind, heads] of [
     ['base lm_head', medusa.heads],
     ['own lm_head', medusa.heads.map((h) => ({ ...h, lmHead: own }))],
@@ -192,6 +186,11 @@ t.test('tree mask, kvCopies and Medusa heads', async (t) => {
     runner.loadAdapter({ ...medusa, key: 'too-large', draftVocabulary: Int32Array.of(V) }),
     { code: 'adapter_invalid' },
     'an id outside the vocabulary is refused',
+  )
+  await t.rejects(
+    runner.loadAdapter({ ...medusa, key: 'empty', draftVocabulary: new Int32Array(0) }),
+    { code: 'adapter_invalid', message: /expected at least one id/ },
+    'an empty draft vocabulary is refused (absent means the whole vocabulary)',
   )
   t.equal(await runner.loadAdapter(medusa), 0, 'refused loads leave their slot free')
 })

@@ -420,7 +420,8 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       }
       heads.push_back(std::move(in));
     }
-    // Ascending ids below the vocabulary (load_medusa checks; copied: the load runs later).
+    // Ascending ids below the vocabulary (load_medusa checks them; copied: the load runs later).
+    // An empty list is refused here: load_medusa reads it as the whole vocabulary.
     std::vector<int32_t> draft;
     if (!info[3].IsUndefined() && !info[3].IsNull()) {
       Napi::Object holder = Napi::Object::New(env);
@@ -428,8 +429,7 @@ class Runtime : public Napi::ObjectWrap<Runtime> {
       int32_t* ids;
       int64_t len;
       st = typed(holder, "v", napi_int32_array, "Medusa draft vocabulary", -1, "[ids]", &ids, &len);
-      if (st.ok() && (len < 1 || len > V))
-        st = bad_arg("Medusa draft vocabulary: expected 1 to " + std::to_string(V) + " ids, got " + std::to_string(len));
+      if (st.ok() && len < 1) st = bad_arg("Medusa draft vocabulary: expected at least one id (omit it for all)");
       if (!st.ok()) return throw_status(env, Status::Error("adapter_invalid", st.message));
       draft.assign(ids, ids + len);
     }
