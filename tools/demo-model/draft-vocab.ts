@@ -34,8 +34,20 @@ const BATCH = 32
 const TEXTS = { shakespeare: 'tinyshakespeare.txt', kjv: 'kjv.txt', devil: 'devils-dictionary.txt' } as const
 type Text = keyof typeof TEXTS
 
-/** `n` prompts from evenly spaced lines of `text` with at least four words: their first 4–7 words. */
-async function prompts(text: Text, n: number): Promise<string[]> {
+/** Each text's prompts, cut once (several jobs share a text). */
+const promptsByText = new Map<Text, Promise<string[]>>()
+
+/**
+ * PROMPTS_PER_TEXT prompts from evenly spaced lines of `text` with at least four words: their
+ * first 4–7 words.
+ */
+function prompts(text: Text): Promise<string[]> {
+  let cut = promptsByText.get(text)
+  if (cut === undefined) promptsByText.set(text, (cut = cutPrompts(text, PROMPTS_PER_TEXT)))
+  return cut
+}
+
+async function cutPrompts(text: Text, n: number): Promise<string[]> {
   const lines = (await readFile(join(ROOT, 'data', TEXTS[text]), 'utf8'))
     .split('\n')
     .map((l) => l.trim())
@@ -63,7 +75,7 @@ async function generate(server: LoomServer, jobs: readonly Job[]): Promise<Gener
   const out: Generated = { build: [], greedy: [], sampled: [] }
   const requests: { into: number[]; payload: object }[] = []
   for (const job of jobs) {
-    const list = await prompts(job.text, PROMPTS_PER_TEXT)
+    const list = await prompts(job.text)
     for (const [i, inputs] of list.entries()) {
       for (const sampled of [false, true]) {
         const parameters = {
