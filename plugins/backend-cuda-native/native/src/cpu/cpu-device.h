@@ -129,6 +129,18 @@ static_assert(kFewTokens % kMaxTokens == 0 && kFewTokens <= 2 * kMaxTokens, "at 
 // (prefill section). LOOM_CPU_BF16_DOT_MIN_TOKENS overrides it (0: never), for measuring.
 constexpr int64_t kBf16DotMinTokens = 64;
 
+// From this many tokens a matmul over Q8 weights on the AVX2 build (no VNNI) widens the weights to
+// f32 in the L1 tile and multiplies the exact f32 activations (matmul-cpu.cc) instead of running
+// the int8 dot kernel (matmul-q8-cpu.cc): at many tokens a widened block is reused by every
+// token, and 4 FMAs per 32 weights per token beat the integer kernel's 6 ops and scalar scale.
+// Fewer tokens (decode, batched decode, Medusa trees) keep the int8 kernel, which reads the
+// block once per 4 tokens with no widening. int8 prefill of the 135M bench model, one prompt,
+// 2 threads, AVX2 EPYC, medians of 7 in processes alternating (ms, int8 kernel → widened):
+// 16 tokens 41 → 44, 32 level (72-87), 48 108 → 95, 64 147 → 127, 128 297 → 256, 256 601 → 492.
+// Like kBf16DotMinTokens, steps from here on differ from smaller ones (by the activations' int8
+// rounding, which they no longer have). LOOM_CPU_Q8_WIDEN_MIN_TOKENS overrides it (0: never).
+constexpr int64_t kQ8WidenMinTokens = 32;
+
 // Shared by matmul-cpu.cc and lora-cpu.cc.
 // Semantics: for t < tn, i < kRows: out[t][i] = Σ_{k<K} f32(w[i][k]) * x[t][k]
 // w: kRows row pointers in `dt` (repeat a pointer for fewer rows), x: tn <= kMaxTokens f32 rows.

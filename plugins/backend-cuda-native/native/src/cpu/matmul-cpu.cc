@@ -18,7 +18,9 @@
 //     widened once into an L1 tile and every further pass reads f32.
 //   - Q8 rows (8-bit weights): with AVX-512 this path serves them only where the CPU lacks VNNI
 //     (matmul-q8-cpu.cc otherwise) and always widens them into the tile (d * q per 32-weight
-//     block); with AVX2 it is their kernel, and few-token passes widen them in registers too.
+//     block); with AVX2 it serves steps of kQ8WidenMinTokens or more (prefill: the widened
+//     block is reused by every token; smaller steps take the int8 dot kernel), widened into
+//     the tile.
 // Accumulation is exact f32 FMA, so results match the f64 reference within f32 rounding. Large
 // prefills tile the tokens as well so the activations stay in L2 while the weights stream
 // through. Two dtypes leave this file for dot-product instructions where the CPU has them (see
@@ -315,9 +317,9 @@ constexpr bool kConvertInRegisters = true;
 
 #endif
 
-// Whether dot_block widens Q8 rows in registers (AVX2, where this file serves them only with
-// LOOM_CPU_Q8=widen or LOOM_Q8_WIDEN, for measuring) or they are widened into the L1 tile (AVX-512
-// without VNNI).
+// Whether dot_block widens Q8 rows in registers (AVX2, where this file serves few-token Q8 steps
+// only with LOOM_CPU_Q8=widen or LOOM_Q8_WIDEN, for measuring) or they are widened into the L1
+// tile (AVX-512 without VNNI, and AVX2 steps of kQ8WidenMinTokens or more).
 constexpr bool kQ8InRegisters = !LOOM_AVX512;
 // Whether a pass of few tokens reads rows of `dt` where they are, widening in registers.
 constexpr bool in_registers(DType dt) { return dt == DType::Q8 ? kQ8InRegisters : kConvertInRegisters; }
@@ -373,22 +375,27 @@ void CpuDevice::prefetch_in_next_matmul(const CacheRegion* regions, int n) {
   prefetch_.assign(regions, regions + n);
 }
 
-// The jobs of one call go to one path each (all share x and K): Q8 weights to the VNNI kernel and
-// bf16 weights in steps of kBf16DotMinTokens or more to the vdpbf16ps kernel where the CPU has
-// them, everything else to the generic kernel below. The model's calls are single-dtype, so this
-// is one call in practice.
+// The jobs of one call go to one path each (all share x and K): Q8 weights to the int8 dot kernel
+// (on AVX2 only below kQ8WidenMinTokens tokens) and bf16 weights in steps of kBf16DotMinTokens or
+// more to the vdpbf16ps kernel where the CPU has them, everything else to the generic kernel
+// below. The model's calls are single-dtype, so this is one call in practice.
 namespace {
 // The dot-product paths' switches, read once from the environment (for measuring one path
 // against the other on a host; the defaults are what measured best here).
 struct DotPaths {
   int64_t bf16_min_tokens = kBf16DotMinTokens;  // LOOM_CPU_BF16_DOT_MIN_TOKENS (0: off)
   bool q8_vnni = true;                          // LOOM_CPU_Q8=widen: the widening path instead
+  int64_t q8_widen_min_tokens = LOOM_AVX2_Q8_DOT ? kQ8WidenMinTokens : INT64_MAX;  // LOOM_CPU_Q8_WIDEN_MIN_TOKENS
   DotPaths() {
     if (const char* v = std::getenv("LOOM_CPU_BF16_DOT_MIN_TOKENS")) {
       const long n = std::strtol(v, nullptr, 10);
       bf16_min_tokens = n > 0 ? n : INT64_MAX;
     }
     if (const char* v = std::getenv("LOOM_CPU_Q8")) q8_vnni = std::strcmp(v, "widen") != 0;
+    if (const char* v = std::getenv("LOOM_CPU_Q8_WIDEN_MIN_TOKENS")) {
+      const long n = std::strtol(v, nullptr, 10);
+      q8_widen_min_tokens = n > 0 ? n : INT64_MAX;
+    }
   }
 };
 const DotPaths& dot_paths() {
@@ -401,7 +408,7 @@ void CpuDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* 
   enum Path { kGeneric = 0, kQ8Dot = 1, kBf16Dot = 2 };
   const DotPaths& dp = dot_paths();
   auto path = [T, &dp](const MatmulJob& j) {
-    if (LOOM_Q8_DOT && j.w.dtype == DType::Q8 && dp.q8_vnni) return kQ8Dot;
+    if (LOOM_Q8_DOT && j.w.dtype == DType::Q8 && dp.q8_vnni && T < dp.q8_widen_min_tokens) return kQ8Dot;
     if (LOOM_AVX512_BF16 && j.w.dtype == DType::BF16 && T >= dp.bf16_min_tokens) return kBf16Dot;
     return kGeneric;
   };

@@ -17,7 +17,9 @@
 // activations' signs, so the unsigned operand is |qx|, stored beside qx), vpmaddubsw (pairs into
 // int16: at most 2·127·127, no saturation), vpmaddwd by ones (int32 lanes of 4 products, the
 // lanes of vpdpbusd), one conversion and one FMA by dw·dx: 32 multiply-adds in 6 vector ops
-// where widening the weights to f32 spends 16.
+// where widening the weights to f32 spends 16. That holds while a block meets few tokens; from
+// kQ8WidenMinTokens tokens (prefill) the AVX2 build widens each block once into an L1 tile and
+// reuses it for every token instead (matmul-cpu.cc; measured in cpu-device.h).
 //
 // Results differ from the f32 dot of x and the dequantised weights by the rounding of x to int8:
 // per block at most max|x_b|/254 · Σ_b |w| (the self-test's bound); exact for x that int8 blocks
