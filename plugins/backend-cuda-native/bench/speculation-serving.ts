@@ -5,7 +5,8 @@
  * HTTP routes (`app.inject`): base, `kjv` and `devil` requests interleaved, sequential and 8 (and
  * 32) concurrent, greedy and seeded sampling, plus prompt lookup on a prompt that repeats itself.
  * Within a round both servers run the scenario back to back (which goes first alternates;
- * sequential scenarios alternate request by request, so a request's two times are close), and the
+ * sequential scenarios alternate request by request, so a request's two times are close;
+ * concurrent ones run twice per server in ABBA order), and the
  * round's speed-up per adapter is the time without speculation over the time with it (same
  * tokens). A cell is the median of those per-round ratios, with their range: on a shared 2-core
  * host the same 190 decode steps took 0.3 to 1.2 s from one minute to the next (2026-11-26), so
@@ -209,17 +210,30 @@ async function main(): Promise<void> {
             }
           }
         } else {
-          for (const which of order) {
+          // Concurrent traffic runs the scenario twice per server in ABBA order, so a drift of
+          // the host's speed within the round (a neighbour's load starting or stopping) weighs on
+          // both servers alike instead of on whichever ran second.
+          for (const which of [order[0], order[1], order[1], order[0]]) {
             const started = performance.now()
-            results[which] = await run(serverOf(which), s)
+            const got = await run(serverOf(which), s)
             // Concurrent requests overlap: attribute the scenario's wall time to adapters by
             // their share of request time.
             const wall = performance.now() - started
-            const total = results[which]!.reduce((n, r) => n + r.ms, 0)
+            const total = got.reduce((n, r) => n + r.ms, 0)
             s.requests.forEach((r, i) => {
               const key = r.adapter ?? 'base'
-              time[which].set(key, (time[which].get(key) ?? 0) + (wall * results[which]![i]!.ms) / total)
+              time[which].set(key, (time[which].get(key) ?? 0) + (wall * got[i]!.ms) / total)
             })
+            if (results[which] === undefined) {
+              results[which] = got
+            } else {
+              s.requests.forEach((r, i) => {
+                if (got[i]!.ids.join(',') !== results[which]![i]!.ids.join(',')) {
+                  identical = false
+                  console.error(`DIFFERENT OUTPUT: ${s.name}, ${r.adapter ?? 'base'}, request ${i} (its repeat)`)
+                }
+              })
+            }
           }
         }
         s.requests.forEach((r, i) => {
