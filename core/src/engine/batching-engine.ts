@@ -158,7 +158,11 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     this.draftTopK = Math.max(0, ...this.tree.topKPerHead)
     this.choices = choices
     this.treeFamily = new TreeFamily(this.tree, choices)
-    this.treePolicy = speculation.adaptive === false ? null : new AdaptiveTreePolicy()
+    this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
+    // With speculation off (a batch-size limit of 0) nothing would read the policy's step costs,
+    // and recording them was ~5 µs of every step.
+    this.treePolicy =
+      speculation.adaptive === false || this.speculationMaxBatchSize === 0 ? null : new AdaptiveTreePolicy()
     const lookup = speculation.promptLookup
     if (lookup !== undefined) {
       for (const name of ['ngramSize', 'draftTokens'] as const) {
@@ -176,7 +180,6 @@ export class BatchingEngine extends BackendLifecycle implements Backend {
     if (choice !== 'learned' && choice !== 'heads')
       throw new RangeError(`speculation.drafterChoice must be 'learned' or 'heads' (got ${String(choice)})`)
     this.drafterChoice = this.promptLookup !== null && choice === 'learned' ? new DrafterChoice() : null
-    this.speculationMaxBatchSize = speculation.maxBatchSize ?? DEFAULT_SPECULATION_MAX_BATCH_SIZE
     this.speculationMaxTokens = speculation.maxTokens ?? DEFAULT_SPECULATION_MAX_TOKENS
     this.runner = options.runner
     this.limits = limits
