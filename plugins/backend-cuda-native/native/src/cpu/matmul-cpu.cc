@@ -382,20 +382,21 @@ void CpuDevice::prefetch_in_next_matmul(const CacheRegion* regions, int n) {
 namespace {
 // The dot-product paths' switches, read once from the environment (for measuring one path
 // against the other on a host; the defaults are what measured best here).
+// A token threshold from the environment variable `name`, else `fallback`; 0 (or less): never.
+int64_t min_tokens_from_env(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  const long n = std::strtol(v, nullptr, 10);
+  return n > 0 ? n : INT64_MAX;
+}
 struct DotPaths {
-  int64_t bf16_min_tokens = kBf16DotMinTokens;  // LOOM_CPU_BF16_DOT_MIN_TOKENS (0: off)
-  bool q8_vnni = true;                          // LOOM_CPU_Q8=widen: the widening path instead
-  int64_t q8_widen_min_tokens = LOOM_AVX2_Q8_DOT ? kQ8WidenMinTokens : INT64_MAX;  // LOOM_CPU_Q8_WIDEN_MIN_TOKENS
+  int64_t bf16_min_tokens = min_tokens_from_env("LOOM_CPU_BF16_DOT_MIN_TOKENS", kBf16DotMinTokens);
+  // AVX2 only: from this many tokens Q8 steps leave the int8 dot kernel for the widening path.
+  int64_t q8_widen_min_tokens =
+      min_tokens_from_env("LOOM_CPU_Q8_WIDEN_MIN_TOKENS", LOOM_AVX2_Q8_DOT ? kQ8WidenMinTokens : INT64_MAX);
+  bool q8_vnni = true;  // LOOM_CPU_Q8=widen: the widening path instead
   DotPaths() {
-    if (const char* v = std::getenv("LOOM_CPU_BF16_DOT_MIN_TOKENS")) {
-      const long n = std::strtol(v, nullptr, 10);
-      bf16_min_tokens = n > 0 ? n : INT64_MAX;
-    }
     if (const char* v = std::getenv("LOOM_CPU_Q8")) q8_vnni = std::strcmp(v, "widen") != 0;
-    if (const char* v = std::getenv("LOOM_CPU_Q8_WIDEN_MIN_TOKENS")) {
-      const long n = std::strtol(v, nullptr, 10);
-      q8_widen_min_tokens = n > 0 ? n : INT64_MAX;
-    }
   }
 };
 const DotPaths& dot_paths() {
