@@ -194,6 +194,7 @@ async function main(): Promise<void> {
         // Alternate which server goes first.
         const order = round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const)
         const results: Partial<Record<'off' | 'on', Result[]>> = {}
+        const repeats: Result[][] = [] // a concurrent scenario's second run on each server
         const serverOf = (which: 'off' | 'on'): LoomServer => servers[which === 'off' ? 'off' : s.mode]
         if (s.concurrency === 1) {
           // Sequential traffic alternates the servers request by request (the order flipping
@@ -224,25 +225,18 @@ async function main(): Promise<void> {
               const key = r.adapter ?? 'base'
               time[which].set(key, (time[which].get(key) ?? 0) + (wall * got[i]!.ms) / total)
             })
-            if (results[which] === undefined) {
-              results[which] = got
-            } else {
-              s.requests.forEach((r, i) => {
-                if (got[i]!.ids.join(',') !== results[which]![i]!.ids.join(',')) {
-                  identical = false
-                  console.error(`DIFFERENT OUTPUT: ${s.name}, ${r.adapter ?? 'base'}, request ${i} (its repeat)`)
-                }
-              })
-            }
+            if (results[which] === undefined) results[which] = got
+            else repeats.push(got)
           }
         }
-        s.requests.forEach((r, i) => {
-          const same = results.off![i]!.ids.join(',') === results.on![i]!.ids.join(',')
-          if (!same) {
-            identical = false
-            console.error(`DIFFERENT OUTPUT: ${s.name}, ${r.adapter ?? 'base'}, request ${i}`)
-          }
-        })
+        // Every run's tokens must be the plain server's first run's.
+        for (const other of [results.on!, ...repeats])
+          s.requests.forEach((r, i) => {
+            if (results.off![i]!.ids.join(',') !== other[i]!.ids.join(',')) {
+              identical = false
+              console.error(`DIFFERENT OUTPUT: ${s.name}, ${r.adapter ?? 'base'}, request ${i}`)
+            }
+          })
         for (const key of ADAPTER_KEYS) perRound.get(key)!.push(time.off.get(key)! / time.on.get(key)!)
       }
       const cells = ADAPTER_KEYS.map((key, a) => cell(perRound.get(key)!, s.targets[a]!))
