@@ -554,12 +554,14 @@ std::string temp_dir() {
 Tolerance tolerance(Device* dut, Device* base, DType dt) {
   // Both devices with f32 KV (cpu, reference): only the summation order differs.
   if (dut->kv_dtype() == DType::F32 && base->kv_dtype() == DType::F32) return {2e-3, 2e-3};
-  // The cuda device keeps K/V in f16 (an 11-bit significand), and that dominates: on the first
-  // H100 run (2026-11-26) the worst logit error was ~2e-2 (absolute + relative) for f32 and bf16
-  // weights alike -- 1.8x a 1e-2 bound for f32, 0.99x a 2e-2 one for bf16 -- and the SIMT
-  // emulator gives the same figures. One bound for both, 1.5x what was seen.
-  (void)dt;
-  return {3e-2, 3e-2};
+  // The same 16-bit KV dtype on both (main.cc gives the baseline the cuda device's): the caches
+  // round alike, and what differs is the summation order and, for bf16 weights, the cuda prefill
+  // GEMM's activations rounded to bf16 once per call (2^-9 relative). The SIMT emulator's worst
+  // over the small models (4 steps): 1.5e-3 with f32 weights, 3.8e-3 with bf16.
+  if (dut->kv_dtype() == base->kv_dtype()) return dt == DType::F32 ? Tolerance{5e-3, 5e-3} : Tolerance{1e-2, 1e-2};
+  // One f16 and one f32 cache: the f16 rounding dominates and grows with the steps (~2e-2, and
+  // 3.2e-2 once, on an H100 over 20 steps, for f32 and bf16 weights alike).
+  return {4e-2, 4e-2};
 }
 
 RunResult run_one(const ModelCheckOptions& opt, const ModelSpec& spec, DType dt, Device* dut, Device* base) {

@@ -26,6 +26,99 @@ namespace {
 // else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
 // q [T, ldq] f32, kc, vc [S, Hkv·D] in C (paged: slot = block_table[c / bs]·bs + c mod bs),
 // rows [nrows] and items [nitems] staged, out [T, Hq·D], partials scratch.
+// The DType of a cache element type, for the raw 16-byte loads (dtype-cuda.cuh's Raw8).
+template <typename C>
+struct CacheDType;
+template <>
+struct CacheDType<float> {
+  static constexpr DType value = DType::F32;
+};
+#if defined(LOOM_SIMT_EMULATION)
+template <>
+struct CacheDType<simt::f16> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct CacheDType<simt::bf16> {
+  static constexpr DType value = DType::BF16;
+};
+#else
+template <>
+struct CacheDType<__half> {
+  static constexpr DType value = DType::F16;
+};
+template <>
+struct CacheDType<__nv_bfloat16> {
+  static constexpr DType value = DType::BF16;
+};
+#endif
+
+// Stages the K/V tile of keys k0 .. k0 + kKeys (cache slots in `slots`, -1 past the item's keys:
+// zeros) into shared memory, widened: ks [kKeys, D + 1], vs [kKeys, D]. Where head_dim is a
+// multiple of 8 and the caches are 16-byte aligned (always, for the shapes Loom serves), each
+// thread fetches 8-element chunks (consecutive threads: consecutive chunks of one key, so a key's
+// row is one coalesced run), kLoadBatch chunks of K and of V raw before widening any: the tile
+// costs about one memory latency instead of one per element. Else one element per load.
+constexpr int kLoadBatch = 4;
+
+template <typename C>
+__device__ __forceinline__ void stage_kv_tile(const C* kc, const C* vc, const int* slots, int64_t E, int g, int D,
+                                              bool vec, float* ks, float* vs) {
+  constexpr DType DT = CacheDType<C>::value;
+  if (vec) {
+    const int cpk = D >> 3, total = kKeys * cpk;
+    for (int base = threadIdx.x; base < total; base += kLoadBatch * blockDim.x) {
+      Raw8<DT> kr[kLoadBatch], vr[kLoadBatch];
+#pragma unroll
+      for (int b = 0; b < kLoadBatch; b++) {
+        const int idx = base + b * int(blockDim.x);
+        const int slot = idx < total ? slots[idx / cpk] : -1;
+        kr[b] = Raw8<DT>{};
+        vr[b] = Raw8<DT>{};
+        if (slot >= 0) {
+          const int64_t at = int64_t(slot) * E + int64_t(g) * D + (idx % cpk) * 8;
+          kr[b] = load_raw8<DT>(kc, at);
+          vr[b] = load_raw8<DT>(vc, at);
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kLoadBatch; b++) {
+        const int idx = base + b * int(blockDim.x);
+        if (idx >= total) continue;
+        const int j = idx / cpk, d0 = (idx % cpk) * 8;
+        float kf[8], vf[8];
+        widen_raw8<DT>(kr[b], kf);
+        widen_raw8<DT>(vr[b], vf);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          ks[j * (D + 1) + d0 + i] = kf[i];
+          vs[j * D + d0 + i] = vf[i];
+        }
+      }
+    }
+    return;
+  }
+  for (int idx = threadIdx.x; idx < kKeys * D; idx += blockDim.x) {
+    const int j = idx / D, d = idx % D, slot = slots[j];
+    float kv = 0.0f, vv = 0.0f;
+    if (slot >= 0) {
+      const int64_t at = int64_t(slot) * E + int64_t(g) * D + d;
+      kv = widen<C>(kc[at]);
+      vv = widen<C>(vc[at]);
+    }
+    ks[j * (D + 1) + d] = kv;
+    vs[j * D + d] = vv;
+  }
+}
+
+// Semantics: for the item's queries qq < nq (query qi = tile·kQueries + qq: token i = qi / G, head
+// h = g·G + qi mod G, g = blockIdx.y) over the visible keys c in [key_begin, key_end):
+//   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
+//   acc = Σ_c e^{s_c - m} V[c, g]
+// written as out[tok_start + i, h, :] = acc / l (0 where no key is visible) when item.partial < 0,
+// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
+// q [T, ldq] f32, kc, vc [S, Hkv·D] in C (paged: slot = block_table[c / bs]·bs + c mod bs),
+// rows [nrows] and items [nitems] staged, out [T, Hq·D], partials scratch.
 template <typename C>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
@@ -37,9 +130,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int q0 = item.tile * kQueries, nq = min(kQueries, row.n * G - q0);
   const int64_t E = int64_t(s.num_kv_heads) * D;
-  float* qs = smem;                  // [kQueries, D]
-  float* ks = qs + kQueries * D;     // [kKeys, D + 1]
-  float* vs = ks + kKeys * (D + 1);  // [kKeys, D]
+  const bool vec = D % 8 == 0 && ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
+  float* qs = smem;                                     // [kQueries, D]
+  float* ks = qs + kQueries * D;                        // [kKeys, D + 1]
+  float* vs = ks + kKeys * (D + 1);                     // [kKeys, D]
+  int* slot_s = reinterpret_cast<int*>(vs + kKeys * D);  // [2, kKeys]: this tile's cache slots, the next's
+  // Cache slot of key c, -1 past the item's keys.
+  auto slot_of = [&](int c) {
+    return c < item.key_end ? row.block_table[c / s.block_size] * s.block_size + c % s.block_size : -1;
+  };
 
   for (int idx = threadIdx.x; idx < kQueries * D; idx += blockDim.x) {
     const int qq = idx / D, d = idx % D;
@@ -50,6 +149,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     qs[idx] = v;
   }
+  if (threadIdx.x < kKeys) slot_s[threadIdx.x] = slot_of(item.key_begin + int(threadIdx.x));
 
   float m[kQueriesPerWarp], l[kQueriesPerWarp], acc[kQueriesPerWarp][kMaxDimsPerLane];
 #pragma unroll
@@ -60,21 +160,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int jj = 0; jj < kMaxDimsPerLane; jj++) acc[k][jj] = 0.0f;
   }
 
-  for (int k0 = item.key_begin; k0 < item.key_end; k0 += kKeys) {
-    __syncthreads();  // the last tile is consumed (and, the first time, the queries are staged)
-    for (int idx = threadIdx.x; idx < kKeys * D; idx += blockDim.x) {
-      const int j = idx / D, d = idx % D, c = k0 + j;
-      float kv = 0.0f, vv = 0.0f;
-      if (c < item.key_end) {
-        const int64_t slot = int64_t(row.block_table[c / s.block_size]) * s.block_size + c % s.block_size;
-        const int64_t at = slot * E + int64_t(g) * D + d;
-        kv = widen<C>(kc[at]);
-        vv = widen<C>(vc[at]);
-      }
-      ks[j * (D + 1) + d] = kv;
-      vs[j * D + d] = vv;
-    }
+  for (int k0 = item.key_begin, buf = 0; k0 < item.key_end; k0 += kKeys, buf ^= 1) {
+    __syncthreads();  // the last tile is consumed (the first time: queries and slots are staged)
+    stage_kv_tile<C>(kc, vc, slot_s + buf * kKeys, E, g, D, vec, ks, vs);
     __syncthreads();
+    // The next tile's slots, into the other half (its last readers passed the barrier above); the
+    // block-table read overlaps this tile's arithmetic.
+    if (threadIdx.x < kKeys && k0 + kKeys < item.key_end)
+      slot_s[(buf ^ 1) * kKeys + threadIdx.x] = slot_of(k0 + kKeys + int(threadIdx.x));
     const int c = k0 + lane;  // this lane's key
 #pragma unroll
     for (int k = 0; k < kQueriesPerWarp; k++) {
@@ -90,9 +183,17 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (visible) {
           const float* qv = qs + qq * D;
           const float* kr = ks + lane * (D + 1);
-          float dot = 0.0f;
-          for (int d = 0; d < D; d++) dot = fmaf(qv[d], kr[d], dot);
-          score = dot;
+          // Four chains, summed in a fixed order (whatever the split): the FMAs overlap.
+          float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+          int d = 0;
+          for (; d + 4 <= D; d += 4) {
+            d0 = fmaf(qv[d], kr[d], d0);
+            d1 = fmaf(qv[d + 1], kr[d + 1], d1);
+            d2 = fmaf(qv[d + 2], kr[d + 2], d2);
+            d3 = fmaf(qv[d + 3], kr[d + 3], d3);
+          }
+          for (; d < D; d++) d0 = fmaf(qv[d], kr[d], d0);
+          score = (d0 + d1) + (d2 + d3);
         }
         const float tile_max = warp_max(score);
         if (tile_max != -INFINITY) {  // else no key of this tile is visible to the query

@@ -28,14 +28,19 @@ constexpr int kQueries = 16;                        // queries per item (block)
 constexpr int kQueriesPerWarp = kQueries / kWarps;  // warp w owns queries w, w + kWarps, ...
 constexpr int kKeys = 32;                           // keys per shared-memory tile: one per lane
 constexpr int kMaxDimsPerLane = 8;                  // head_dim up to 256
-// Least keys per split of a long context: below it the merge costs more than the parallelism wins.
-constexpr int kSplitKeys = 512;
-// Blocks (items × KV heads) per SM the split aims for before it stops splitting.
-constexpr int kBlocksPerSm = 2;
+// Least keys per split: two tiles. A decode row at batch 1 has one item per KV head (8 blocks for
+// Llama-3-8B on 132 SMs), so its keys are split as finely as this to fill the GPU; the merge reads
+// (D + 2) floats per split and query, little beside the split's own K/V bytes.
+constexpr int kSplitKeys = 2 * kKeys;
+// Blocks (items × KV heads) per SM the split aims for before it stops splitting: a 4-warp block
+// with head_dim 128 takes ~41 KB of shared memory, so several fit an SM, and their loads and
+// arithmetic overlap.
+constexpr int kBlocksPerSm = 4;
 
-// Shared memory of a block for head_dim D: queries [kQueries, D], K [kKeys, D + 1], V [kKeys, D].
+// Shared memory of a block for head_dim D: queries [kQueries, D], K [kKeys, D + 1], V [kKeys, D]
+// (f32), then the cache slots of this K/V tile and the next [2, kKeys] (int32).
 inline size_t attention_smem_bytes(int D) {
-  return size_t(kQueries * D + kKeys * (D + 1) + kKeys * D) * sizeof(float);
+  return size_t(kQueries * D + kKeys * (D + 1) + kKeys * D) * sizeof(float) + 2 * kKeys * sizeof(int32_t);
 }
 
 // The work of one attention call (host side, where the rows are): items in row order, a row's
