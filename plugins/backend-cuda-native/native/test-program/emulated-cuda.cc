@@ -218,27 +218,27 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   void lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                    int64_t ldt) override {
     LoraLaunch p;
-    if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, &p)) return;
-    const LoraItem* items = p.items.data();
-    dispatch_lora_shrink(p, [&](auto kernel) {
-      simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kShrinkWarps * 32), 0,
-                   [&] { kernel(x, ldx, K, items, tmp, ldt); });
-    });
+    if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p)) return;
+    shrink(x, ldx, K, p, tmp, ldt, 0);
   }
   void lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
                    int64_t ldy) override {
     if (nsegs <= 0) return;
     LoraLaunch p;
     lora_expand_items(segs, nsegs, y, ldy, N, &p);
-    expand(tmp, ldt, &p);
+    expand(tmp, ldt, p, 1, 0, nullptr);
   }
-  void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink, const LoraSegment* expand_segs,
+  // As the cuda device: K slices of one tile into planes of scratch, added by the expand.
+  void lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink_segs, const LoraSegment* expand_segs,
                   const int* module, int nsegs, const LoraOutput* outs, float* tmp, int64_t ldt) override {
-    if (nsegs <= 0) return;
-    lora_shrink(x, ldx, K, shrink, nsegs, tmp, ldt);
-    LoraLaunch p;
-    lora_apply_items(expand_segs, module, nsegs, outs, &p);
-    expand(tmp, ldt, &p);
+    LoraLaunch sp, ep;
+    if (nsegs <= 0 || !plan_lora_shrink(K, shrink_segs, nsegs, true, &sp)) return;
+    lora_apply_items(expand_segs, module, nsegs, outs, &ep);
+    const int64_t plane = sp.ksplit > 1 ? sp.t_span * ldt : 0;
+    lora_planes_.assign(size_t(sp.ksplit > 1 ? plane * sp.ksplit : 0), std::nanf(""));
+    float* planes = sp.ksplit > 1 ? lora_planes_.data() : tmp;
+    shrink(x, ldx, K, sp, planes, ldt, plane);
+    expand(planes, ldt, ep, sp.ksplit, plane, sp.ksplit > 1 ? tmp : nullptr);
   }
 
   void argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) override {
@@ -268,18 +268,25 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   }
 
  private:
-  void expand(const float* tmp, int64_t ldt, LoraLaunch* p) {
-    if (!plan_lora_expand(p)) return;
-    const LoraItem* items = p->items.data();
-    dispatch_lora_expand(*p, [&](auto kernel) {
-      simt::launch(simt::dim3(p->grid_x, p->grid_y, p->grid_z), simt::dim3(kExpandThreads), 0,
-                   [&] { kernel(tmp, ldt, items); });
+  void shrink(const float* x, int64_t ldx, int64_t K, const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
+    const LoraItem* items = p.items.data();
+    dispatch_lora_shrink(p, [&](auto kernel) {
+      simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kShrinkWarps * 32), 0,
+                   [&] { kernel(x, ldx, K, items, tmp, ldt, p.rgroups, p.kslice, plane); });
+    });
+  }
+  void expand(const float* tmp, int64_t ldt, LoraLaunch& p, int ksplit, int64_t plane, float* tmp_out) {
+    if (!plan_lora_expand(&p)) return;
+    const LoraItem* items = p.items.data();
+    dispatch_lora_expand(p, [&](auto kernel) {
+      simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kExpandThreads), 0,
+                   [&] { kernel(tmp, ldt, items, ksplit, plane, tmp_out); });
     });
   }
 
   std::vector<AttnWorkItem> items_;
   std::vector<AttnSplitGroup> groups_;
-  std::vector<float> partials_;
+  std::vector<float> partials_, lora_planes_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t prefill_jobs_ = 0;

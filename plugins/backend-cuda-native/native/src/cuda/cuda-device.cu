@@ -118,6 +118,7 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
 CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(stream_);
   if (attn_partials_) cudaFree(attn_partials_);
+  if (lora_partials_) cudaFree(lora_partials_);
   if (split_partials_) cudaFree(split_partials_);
   if (prefill_x_) cudaFree(prefill_x_);
   for (auto& r : staged_) cudaEventDestroy(r.done);

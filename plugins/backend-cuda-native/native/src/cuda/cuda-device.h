@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/attention-plan.h"
+#include "cuda/lora-plan.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -111,8 +112,14 @@ class CudaDevice final : public Device {
   // demand, released with the device).
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
+  std::vector<uint8_t> attn_staging_;  // rows, items and groups packed for one staged copy
   float* attn_partials_ = nullptr;
   int64_t attn_partials_floats_ = 0;
+  // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
+  // planes (device, grown on demand, released with the device).
+  std::vector<LoraItem> lora_items_;
+  float* lora_partials_ = nullptr;
+  int64_t lora_partials_floats_ = 0;
   // Split-K matmul partials (device, grown on demand, released with the device).
   float* split_partials_ = nullptr;
   int64_t split_partials_floats_ = 0;

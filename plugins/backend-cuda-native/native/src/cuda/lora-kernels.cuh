@@ -4,110 +4,29 @@
 // staged to the device and bound to blockIdx.x, so rows of different adapters, ranks (1..128) and
 // dtypes share a launch; blocks past a segment's rank or tokens exit at once.
 //
-//  - shrink: a block owns one segment, 8 rank rows (a warp each) and up to TOK tokens; the tokens'
-//    x is staged in shared memory by K tiles, each warp streams its row of A with 16-byte loads.
+//  - shrink: a block owns one segment, 8 rank rows (a warp each), up to TOK tokens and one slice
+//    of K; the tokens' x is staged in shared memory by K tiles, each warp streams its row of A with
+//    16-byte loads. In lora_apply the slices are one K tile each (512): a decode row's shrink is
+//    then K/512 times as many blocks (at batch 1, 6 blocks of 8 K tiles each became 48 of one, for
+//    q|k|v of an 8B model), and each slice writes its partial sums to a plane of scratch, which the
+//    expand adds in slice order: the same bits whatever the batch, since the slices depend on K only.
 //  - expand: a block owns one segment, 1024 output columns (8 per thread) and up to TOK tokens;
-//    the tokens' low-rank values sit in shared memory and each thread streams Bt rows.
+//    the tokens' low-rank values (summed over the shrink's slices) sit in shared memory and each
+//    thread streams Bt rows.
 //
 // The kernels and their launch plans (lora.cu launches them). A header so that the test program's
 // SIMT emulator runs the same kernels with the same plans (cuda/simt-compat.cuh).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/lora-plan.h"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
 
 namespace loom {
-
-// One segment as the kernels see it (host LoraSegment plus where its expand writes).
-struct LoraItem {
-  int32_t tok_start, tok_count, rank, col;
-  const void* w;
-  DType dtype;
-  float scale;
-  float* y;
-  int64_t ldy, N;
-};
-
-constexpr int kShrinkWarps = 8, kShrinkKTile = 512;
-constexpr int kExpandThreads = 128, kExpandCols = kExpandThreads * 8, kMaxRank = 128;
-
-// One launch of either kernel: the staged items, the grid, and the template choice (tokens per
-// block, 16-byte loads or not).
-struct LoraLaunch {
-  std::vector<LoraItem> items;
-  unsigned grid_x = 0, grid_y = 0, grid_z = 0;
-  int tok = 1;
-  bool vec = false;
-};
-
-inline bool lora_aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-inline int lora_tokens_per_block(int max_tok) { return max_tok <= 1 ? 1 : max_tok <= 4 ? 4 : 8; }
-
-// The shrink of `segs` (false: nothing to run).
-inline bool plan_lora_shrink(int64_t K, const LoraSegment* segs, int nsegs, LoraLaunch* out) {
-  out->items.resize(size_t(nsegs));
-  int max_rank = 0, max_tok = 0;
-  bool vec = K % 8 == 0;
-  for (int i = 0; i < nsegs; i++) {
-    const LoraSegment& s = segs[i];
-    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, nullptr, 0, 0};
-    max_rank = std::max(max_rank, s.rank);
-    max_tok = std::max(max_tok, s.tok_count);
-    vec = vec && lora_aligned16(s.w);
-  }
-  if (max_rank <= 0 || max_tok <= 0) return false;
-  out->tok = lora_tokens_per_block(max_tok);
-  out->vec = vec;
-  out->grid_x = unsigned(nsegs);
-  out->grid_y = unsigned((max_rank + kShrinkWarps - 1) / kShrinkWarps);
-  out->grid_z = unsigned((max_tok + out->tok - 1) / out->tok);
-  return true;
-}
-
-// The items of lora_expand (every segment writes y) and of lora_apply's expand (each segment
-// writes its module's output).
-inline void lora_expand_items(const LoraSegment* segs, int nsegs, float* y, int64_t ldy, int64_t N, LoraLaunch* out) {
-  out->items.resize(size_t(nsegs));
-  for (int i = 0; i < nsegs; i++) {
-    const LoraSegment& s = segs[i];
-    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, y, ldy, N};
-  }
-}
-inline void lora_apply_items(const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs,
-                             LoraLaunch* out) {
-  out->items.resize(size_t(nsegs));
-  for (int i = 0; i < nsegs; i++) {
-    const LoraSegment& s = expand[i];
-    const LoraOutput& o = outs[module[i]];
-    out->items[size_t(i)] = {s.tok_start, s.tok_count, s.rank, s.col, s.w, s.dtype, s.scale, o.y, o.ldy, o.N};
-  }
-}
-
-// The expand of `out->items` (lora_expand_items or lora_apply_items); false: nothing to run.
-inline bool plan_lora_expand(LoraLaunch* out) {
-  int max_tok = 0, max_rank = 0;
-  int64_t max_n = 0;
-  bool vec = true;
-  for (const LoraItem& it : out->items) {
-    max_tok = std::max(max_tok, it.tok_count);
-    max_rank = std::max(max_rank, it.rank);
-    max_n = std::max(max_n, it.N);
-    vec = vec && it.N % 8 == 0 && lora_aligned16(it.w);
-  }
-  if (out->items.empty() || max_tok <= 0 || max_rank <= 0 || max_n <= 0) return false;
-  out->tok = lora_tokens_per_block(max_tok);
-  out->vec = vec;
-  out->grid_x = unsigned(out->items.size());
-  out->grid_y = unsigned((max_n + kExpandCols - 1) / kExpandCols);
-  out->grid_z = unsigned((max_tok + out->tok - 1) / out->tok);
-  return true;
-}
 
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
@@ -129,17 +48,22 @@ __device__ __forceinline__ void shrink_tile_vec(const void* a, int64_t row_off, 
   }
 }
 
-// Semantics (SGMV/BGMV shrink): for seg = blockIdx.x, t in its tokens [z*TOK, z*TOK+TOK),
-//   r in [y*8, y*8+8) ∩ [0, rank): tmp[t*ldt + col + r] = Σ_k x[t*ldx+k] * A[r,k].
+// Semantics (SGMV/BGMV shrink): for seg = blockIdx.x, rank group y mod rgroups, K slice
+// s = y / rgroups, t in its tokens [z*TOK, z*TOK+TOK), r in [group*8, group*8+8) ∩ [0, rank):
+//   tmp[s*plane + t*ldt + col + r] = Σ_{k in [s*kslice, s*kslice+kslice) ∩ [0, K)} x[t*ldx+k] * A[r,k].
 // VEC: every A is 16-byte aligned and K % 8 == 0 (checked by the host). grid (nsegs,
-// ceil(max rank/8), ceil(max tokens/TOK)), block 256. x [T, ldx], A [rank, K], tmp [T, ldt]
+// rgroups * ceil(K/kslice), ceil(max tokens/TOK)), block 256; kslice a multiple of kShrinkKTile
+// (or K). x [T, ldx], A [rank, K], tmp [ceil(K/kslice) planes of T, ldt]
 template <int TOK, bool VEC>
 __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const float* x, int64_t ldx, int64_t K,
                                                                          const LoraItem* items, float* tmp,
-                                                                         int64_t ldt) {
+                                                                         int64_t ldt, int rgroups, int64_t kslice,
+                                                                         int64_t plane) {
   LOOM_SHARED(float[TOK][kShrinkKTile], xs);  // 16-byte aligned: float4 reads
   const LoraItem it = items[blockIdx.x];
-  const int r0 = blockIdx.y * kShrinkWarps, c0 = blockIdx.z * TOK;
+  const int slice = int(blockIdx.y) / rgroups;
+  const int r0 = (int(blockIdx.y) % rgroups) * kShrinkWarps, c0 = blockIdx.z * TOK;
+  const int64_t k_begin = int64_t(slice) * kslice, k_end = K - k_begin < kslice ? K : k_begin + kslice;
   if (r0 >= it.rank || c0 >= it.tok_count) return;  // uniform per block: no barrier is skipped by half of it
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = r0 + warp, tn = min(TOK, it.tok_count - c0);
@@ -147,8 +71,8 @@ __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const fl
   float acc[TOK];
 #pragma unroll
   for (int t = 0; t < TOK; t++) acc[t] = 0.0f;
-  for (int64_t k0 = 0; k0 < K; k0 += kShrinkKTile) {
-    const int kn = K - k0 < kShrinkKTile ? int(K - k0) : kShrinkKTile;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kShrinkKTile) {
+    const int kn = k_end - k0 < kShrinkKTile ? int(k_end - k0) : kShrinkKTile;
     __syncthreads();
     for (int i = threadIdx.x; i < TOK * kShrinkKTile; i += blockDim.x) {
       const int t = i / kShrinkKTile, k = i % kShrinkKTile;
@@ -175,19 +99,23 @@ __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const fl
 #pragma unroll
   for (int t = 0; t < TOK; t++) {
     const float v = warp_sum(acc[t]);
-    if (lane == 0 && t < tn) tmp[(t0 + t) * ldt + it.col + r] = v;
+    if (lane == 0 && t < tn) tmp[slice * plane + (t0 + t) * ldt + it.col + r] = v;
   }
 }
 
 
 // Semantics (SGMV/BGMV expand): for seg = blockIdx.x, t in its tokens [z*TOK, z*TOK+TOK),
-//   n in [y*1024, y*1024+1024) ∩ [0, N_seg): y_seg[t*ldy+n] += scale * Σ_r tmp[t*ldt+col+r] * Bt[r,n].
+//   v[t, r] = Σ_{s < ksplit, in order} tmp[s*plane + t*ldt + col + r]   (the shrink's K slices),
+//   n in [y*1024, y*1024+1024) ∩ [0, N_seg): y_seg[t*ldy+n] += scale * Σ_r v[t, r] * Bt[r,n],
+// and, where tmp_out is given, tmp_out[t*ldt + col + r] = v[t, r] (written by the y = 0 blocks).
 // VEC: thread owns 8 adjacent columns (16-byte Bt loads; N % 8 == 0, aligned); else 8 columns
 // 128 apart (coalesced scalar loads). grid (nsegs, ceil(max N/1024), ceil(max tokens/TOK)), block 128.
-// tmp [T, ldt], Bt [rank, N], y [T, ldy]; segments of one launch write disjoint (token, y) pairs.
+// tmp [ksplit planes of T, ldt], Bt [rank, N], y [T, ldy], tmp_out [T, ldt] or null; segments of
+// one launch write disjoint (token, y) pairs.
 template <int TOK, bool VEC>
 __global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float* tmp, int64_t ldt,
-                                                                      const LoraItem* items) {
+                                                                      const LoraItem* items, int ksplit,
+                                                                      int64_t plane, float* tmp_out) {
   LOOM_SHARED(float[TOK][kMaxRank], vs);
   const LoraItem it = items[blockIdx.x];
   const int64_t nb = int64_t(blockIdx.y) * kExpandCols;
@@ -197,7 +125,13 @@ __global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float
   const int64_t t0 = int64_t(it.tok_start) + c0;
   for (int i = threadIdx.x; i < TOK * kMaxRank; i += blockDim.x) {
     const int t = i / kMaxRank, r = i % kMaxRank;
-    vs[t][r] = t < tn && r < it.rank ? tmp[(t0 + t) * ldt + it.col + r] : 0.0f;
+    float v = 0.0f;
+    if (t < tn && r < it.rank) {
+      const int64_t at = (t0 + t) * ldt + it.col + r;
+      for (int sl = 0; sl < ksplit; sl++) v += tmp[sl * plane + at];
+      if (tmp_out && blockIdx.y == 0) tmp_out[at] = v;
+    }
+    vs[t][r] = v;
   }
   __syncthreads();
   float acc[TOK][8];

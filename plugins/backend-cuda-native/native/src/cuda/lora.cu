@@ -5,33 +5,34 @@
 
 namespace loom {
 
-// Both halves go through these two launchers; lora_expand and lora_apply differ only in where
-// each segment writes.
-static void launch_shrink(CudaDevice* dev, const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs,
-                          float* tmp, int64_t ldt) {
-  LoraLaunch p;
-  if (!plan_lora_shrink(K, segs, nsegs, &p)) return;
-  const auto* d_items = static_cast<const LoraItem*>(dev->stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
-  if (!d_items) return;
+// The launches of both halves. The items of a call's launches are staged in one copy: each
+// staged copy is a stream operation of its own, a few microseconds beside kernels this small.
+static void launch_shrink(CudaDevice* dev, const float* x, int64_t ldx, int64_t K, const LoraItem* d_items,
+                          const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
   cudaStream_t st = dev->stream();
-  dispatch_lora_shrink(p, [&](auto kernel) { kernel<<<grid, kShrinkWarps * 32, 0, st>>>(x, ldx, K, d_items, tmp, ldt); });
+  dispatch_lora_shrink(p, [&](auto kernel) {
+    kernel<<<grid, kShrinkWarps * 32, 0, st>>>(x, ldx, K, d_items, tmp, ldt, p.rgroups, p.kslice, plane);
+  });
   dev->check(cudaGetLastError(), "lora_shrink launch");
 }
 
-static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, LoraLaunch& p) {
-  if (!plan_lora_expand(&p)) return;
-  const auto* d_items = static_cast<const LoraItem*>(dev->stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
-  if (!d_items) return;
+static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, const LoraItem* d_items, const LoraLaunch& p,
+                          int ksplit, int64_t plane, float* tmp_out) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
   cudaStream_t st = dev->stream();
-  dispatch_lora_expand(p, [&](auto kernel) { kernel<<<grid, kExpandThreads, 0, st>>>(tmp, ldt, d_items); });
+  dispatch_lora_expand(p, [&](auto kernel) {
+    kernel<<<grid, kExpandThreads, 0, st>>>(tmp, ldt, d_items, ksplit, plane, tmp_out);
+  });
   dev->check(cudaGetLastError(), "lora_expand launch");
 }
 
 void CudaDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                              int64_t ldt) {
-  if (nsegs > 0) launch_shrink(this, x, ldx, K, segs, nsegs, tmp, ldt);
+  LoraLaunch p;
+  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p)) return;
+  const auto* d_items = static_cast<const LoraItem*>(stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
+  if (d_items) launch_shrink(this, x, ldx, K, d_items, p, tmp, ldt, 0);
 }
 
 void CudaDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
@@ -39,19 +40,46 @@ void CudaDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lor
   if (nsegs <= 0) return;
   LoraLaunch p;
   lora_expand_items(segs, nsegs, y, ldy, N, &p);
-  launch_expand(this, tmp, ldt, p);
+  if (!plan_lora_expand(&p)) return;
+  const auto* d_items = static_cast<const LoraItem*>(stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
+  if (d_items) launch_expand(this, tmp, ldt, d_items, p, 1, 0, nullptr);
 }
 
 // Semantics: Device::lora_apply, in two launches: one shrink over every segment of every module
-// (their columns differ), then one expand where each segment writes its module's output.
+// (their columns differ) in K slices of one tile, each slice's sums in a plane of device scratch;
+// then one expand that adds the planes (and writes the sums to tmp) and where each segment writes
+// its module's output.
 void CudaDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSegment* shrink,
                             const LoraSegment* expand, const int* module, int nsegs, const LoraOutput* outs, float* tmp,
                             int64_t ldt) {
   if (nsegs <= 0) return;
-  launch_shrink(this, x, ldx, K, shrink, nsegs, tmp, ldt);
-  LoraLaunch p;
-  lora_apply_items(expand, module, nsegs, outs, &p);
-  launch_expand(this, tmp, ldt, p);
+  LoraLaunch sp, ep;
+  if (!plan_lora_shrink(K, shrink, nsegs, true, &sp)) return;
+  lora_apply_items(expand, module, nsegs, outs, &ep);
+  if (!plan_lora_expand(&ep)) return;
+  float* planes = tmp;
+  int64_t plane = 0;
+  if (sp.ksplit > 1) {
+    plane = sp.t_span * ldt;
+    const int64_t floats = plane * sp.ksplit;
+    if (floats > lora_partials_floats_) {
+      release(lora_partials_);  // stream-ordered: the kernels queued before it finish first
+      lora_partials_ = static_cast<float*>(alloc(floats * int64_t(sizeof(float))));
+      lora_partials_floats_ = lora_partials_ ? floats : 0;
+      if (!lora_partials_) {
+        check(cudaErrorMemoryAllocation, "lora_apply slice scratch");
+        return;
+      }
+    }
+    planes = lora_partials_;
+  }
+  lora_items_.assign(sp.items.begin(), sp.items.end());
+  lora_items_.insert(lora_items_.end(), ep.items.begin(), ep.items.end());
+  const auto* d_items =
+      static_cast<const LoraItem*>(stage(lora_items_.data(), int64_t(lora_items_.size() * sizeof(LoraItem))));
+  if (!d_items) return;
+  launch_shrink(this, x, ldx, K, d_items, sp, planes, ldt, plane);
+  launch_expand(this, planes, ldt, d_items + nsegs, ep, sp.ksplit, plane, sp.ksplit > 1 ? tmp : nullptr);
 }
 
 }  // namespace loom

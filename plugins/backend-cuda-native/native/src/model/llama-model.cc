@@ -839,9 +839,9 @@ Status LlamaModel::forward(const StepInput& in) {
       const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
       lora_pass(3, xn, H, H, ys, lds, ns);
     }
-    // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices.
-    dev_->rope(qkv, T, W, int(cfg_.heads), int(D), cos_.data(), sin_.data());
-    dev_->rope(qkv + QD, T, W, int(cfg_.kv_heads), int(D), cos_.data(), sin_.data());
+    // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices. k's
+    // heads follow q's in a row, so one call rotates both (one launch fewer per layer).
+    dev_->rope(qkv, T, W, int(cfg_.heads + cfg_.kv_heads), int(D), cos_.data(), sin_.data());
     void* kc = kcache_[size_t(l)].data();
     void* vc = vcache_[size_t(l)].data();
     // The new tokens' K and V go into their cache slots first, so attention reads committed

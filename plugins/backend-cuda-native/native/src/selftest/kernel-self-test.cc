@@ -983,6 +983,7 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       std::vector<std::vector<float>> y0;
       for (int m = 0; m < nmod; m++) y0.push_back(randn(rng, size_t(T * (Ns[m] + 2))));
       std::vector<std::vector<float>> y[2];
+      std::vector<float> tmp_out[2];
       for (int side = 0; side < 2; side++) {
         Device* d = side ? ref : dev;
         std::vector<DeviceBuffer<uint8_t>> bufs;
@@ -997,7 +998,12 @@ void test_lora_apply(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         auto xb = put(d, x), tb = put(d, std::vector<float>(size_t(T * ldt)));
         d->lora_apply(xb.data(), K, K, sh.data(), ex.data(), mod.data(), int(sh.size()), outs, tb.data(), ldt);
         for (int m = 0; m < nmod; m++) y[side].push_back(get(d, yb[size_t(m)], y0[size_t(m)].size()));
+        tmp_out[side] = get(d, tb, size_t(T * ldt));
       }
+      // tmp holds the shrink's sums afterwards (the semantics), also where a device splits K.
+      ck.compare("lora_apply",
+                 dims((std::string("lora_apply tmp ") + dtype_name(dt)).c_str(), {{"batch", batch}, {"T", T}, {"K", K}}),
+                 tmp_out[0].data(), tmp_out[1].data(), tmp_out[0].size(), 1e-5 * std::sqrt(double(K)), 1e-4);
       for (int m = 0; m < nmod; m++)
         ck.compare("lora_apply",
                    dims((std::string("lora_apply ") + dtype_name(dt)).c_str(),
