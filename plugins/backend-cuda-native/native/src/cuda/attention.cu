@@ -55,16 +55,11 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   float* partials = nullptr;
   if (!attn_groups_.empty()) {
     const int64_t floats = records * shape.num_kv_heads * (shape.head_dim + 2);
-    if (floats > attn_partials_floats_) {
-      release(attn_partials_);  // stream-ordered: the kernels queued before it finish first
-      attn_partials_ = static_cast<float*>(alloc(floats * int64_t(sizeof(float))));
-      attn_partials_floats_ = attn_partials_ ? floats : 0;
-      if (!attn_partials_) {
-        check(cudaErrorMemoryAllocation, "attention split scratch");
-        return;
-      }
+    partials = static_cast<float*>(grow(&attn_partials_, floats * int64_t(sizeof(float))));
+    if (!partials) {
+      check(cudaErrorMemoryAllocation, "attention split scratch");
+      return;
     }
-    partials = attn_partials_;
   }
   // Rows, items and split groups in one staged copy (each copy is a stream operation of its own,
   // a few microseconds beside a decode row's attention): [rows | items | groups], 8-byte aligned.

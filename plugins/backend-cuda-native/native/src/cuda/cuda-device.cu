@@ -117,10 +117,8 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
 
 CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(stream_);
-  if (attn_partials_) cudaFree(attn_partials_);
-  if (lora_partials_) cudaFree(lora_partials_);
-  if (split_partials_) cudaFree(split_partials_);
-  if (prefill_x_) cudaFree(prefill_x_);
+  for (GrowingBuffer* b : {&attn_partials_, &lora_partials_, &split_partials_, &prefill_x_})
+    if (b->data) cudaFree(b->data);
   for (auto& r : staged_) cudaEventDestroy(r.done);
   for (auto e : free_events_) cudaEventDestroy(e);
   if (stage_host_) cudaFreeHost(stage_host_);
@@ -160,6 +158,14 @@ void* CudaDevice::alloc(int64_t bytes) {
 
 void CudaDevice::release(void* p) {
   if (p) check(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+}
+
+void* CudaDevice::grow(GrowingBuffer* buf, int64_t bytes) {
+  if (bytes <= buf->bytes) return buf->data;
+  release(buf->data);
+  buf->data = alloc(bytes);
+  buf->bytes = buf->data ? bytes : 0;
+  return buf->data;
 }
 
 void CudaDevice::upload(void* dst, const void* src, int64_t bytes) {

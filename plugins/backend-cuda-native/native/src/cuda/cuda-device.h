@@ -90,6 +90,16 @@ class CudaDevice final : public Device {
     int64_t start, end;
     cudaEvent_t done;
   };
+  // Device scratch sized by the call (attention's split partials, lora_apply's K-slice planes,
+  // split-K partials, the prefill GEMM's bf16 x): grown on demand, freed with the device.
+  struct GrowingBuffer {
+    void* data = nullptr;
+    int64_t bytes = 0;
+  };
+  // `buf`'s memory, grown to at least `bytes` first if smaller (the old memory released
+  // stream-ordered: the kernels queued before it finish first); nullptr when the allocation fails
+  // (the caller decides whether that is a fault).
+  void* grow(GrowingBuffer* buf, int64_t bytes);
   // Whether `ev` has fired; a query error is recorded as the device's fault (the range is kept).
   bool event_done(cudaEvent_t ev);
   int ordinal_;
@@ -113,19 +123,15 @@ class CudaDevice final : public Device {
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
   std::vector<uint8_t> attn_staging_;  // rows, items and groups packed for one staged copy
-  float* attn_partials_ = nullptr;
-  int64_t attn_partials_floats_ = 0;
+  GrowingBuffer attn_partials_;
   // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
   // planes (device, grown on demand, released with the device).
   std::vector<LoraItem> lora_items_;
-  float* lora_partials_ = nullptr;
-  int64_t lora_partials_floats_ = 0;
+  GrowingBuffer lora_partials_;
   // Split-K matmul partials (device, grown on demand, released with the device).
-  float* split_partials_ = nullptr;
-  int64_t split_partials_floats_ = 0;
+  GrowingBuffer split_partials_;
   // The prefill GEMM's x rounded to bf16 (device, grown on demand, released with the device).
-  uint16_t* prefill_x_ = nullptr;
-  int64_t prefill_x_halves_ = 0;
+  GrowingBuffer prefill_x_;
 };
 
 // Threads per block for the simple one-dimensional kernels.

@@ -61,17 +61,11 @@ void CudaDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSe
   int64_t plane = 0;
   if (sp.ksplit > 1) {
     plane = sp.t_span * ldt;
-    const int64_t floats = plane * sp.ksplit;
-    if (floats > lora_partials_floats_) {
-      release(lora_partials_);  // stream-ordered: the kernels queued before it finish first
-      lora_partials_ = static_cast<float*>(alloc(floats * int64_t(sizeof(float))));
-      lora_partials_floats_ = lora_partials_ ? floats : 0;
-      if (!lora_partials_) {
-        check(cudaErrorMemoryAllocation, "lora_apply slice scratch");
-        return;
-      }
+    planes = static_cast<float*>(grow(&lora_partials_, plane * sp.ksplit * int64_t(sizeof(float))));
+    if (!planes) {
+      check(cudaErrorMemoryAllocation, "lora_apply slice scratch");
+      return;
     }
-    planes = lora_partials_;
   }
   lora_items_.assign(sp.items.begin(), sp.items.end());
   lora_items_.insert(lora_items_.end(), ep.items.begin(), ep.items.end());

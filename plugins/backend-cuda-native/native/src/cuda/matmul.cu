@@ -45,19 +45,12 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   // A failed allocation leaves the jobs unsplit, or on the tensor-core GEMM.
   int64_t need = 0;
   for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_));
-  if (need > split_partials_floats_) {
-    release(split_partials_);
-    split_partials_ = static_cast<float*>(alloc(need * int64_t(sizeof(float))));
-    split_partials_floats_ = split_partials_ ? need : 0;
-  }
+  auto* part = static_cast<float*>(grow(&split_partials_, need * int64_t(sizeof(float))));
   const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_);
-  if (cols * T > prefill_x_halves_) {
-    release(prefill_x_);
-    prefill_x_ = static_cast<uint16_t*>(alloc(cols * T * int64_t(sizeof(uint16_t))));
-    prefill_x_halves_ = prefill_x_ ? cols * T : 0;
-  }
-  const MatmulScratch scratch{split_partials_, split_partials_floats_, cols > 0 ? prefill_x_ : nullptr, cols};
-  if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, prefill_x_, cols, launch);
+  auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, cols * T * int64_t(sizeof(uint16_t))));
+  const MatmulScratch scratch{part, part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
+                              cols > 0 ? xb : nullptr, cols};
+  if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, xb, cols, launch);
   for (int i = 0; i < njobs; i++) {
     launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, scratch, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
