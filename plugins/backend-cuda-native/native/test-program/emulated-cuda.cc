@@ -4,8 +4,9 @@
 // splits, barriers, warp shuffles) is checked in `npm test` before a GPU ever runs it.
 //
 // Covered so far, with the launch shapes of the cuda device:
-//  - attention (cuda/attention-kernels.cuh) with the device's host-side plan at the SM count of an
-//    H100 (132), in f32 and f16 caches (the cuda device keeps f16): the self-test's attention cases;
+//  - attention (cuda/attention-kernels.cuh, and attention-tc-kernels.cuh for a prompt's causal
+//    rows over 16-bit caches) with the device's host-side plan at the SM count of an H100 (132), in
+//    f32, f16 and bf16 caches (the cuda device keeps f16): the self-test's attention cases;
 //  - argmax, top_k, log_sum_exp (cuda/vocab-kernels.cuh): its elementwise cases (whose other ops
 //    are the reference's here, so they compare the reference with itself);
 //  - tree_walk (vocab-kernels.cuh) and sample (cuda/sampler-kernels.cuh): their cases;
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "cuda/attention-kernels.cuh"
+#include "cuda/attention-tc-kernels.cuh"
 #include "cuda/elementwise-kernels.cuh"
 #include "cuda/lora-kernels.cuh"
 #include "cuda/matmul-kernels.cuh"
@@ -54,6 +56,19 @@ void emulated_flash(const simt::dim3& grid, size_t smem, const float* q, int64_t
   });
 }
 
+template <typename C>
+void emulated_tc(unsigned nitems, const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows,
+                 const AttnWorkItem* items, const AttnShape& shape, float* out) {
+  const simt::dim3 grid(nitems, unsigned(shape.num_kv_heads));
+  const size_t smem = tc_attention_smem_bytes(shape.head_dim);
+  auto* k = static_cast<const C*>(kc);
+  auto* v = static_cast<const C*>(vc);
+  if (shape.head_dim == 64)
+    simt::launch(grid, simt::dim3(4 * 32), smem, [&] { tc_attention_kernel<C, 64>(q, ldq, k, v, rows, items, shape, out); });
+  else
+    simt::launch(grid, simt::dim3(4 * 32), smem, [&] { tc_attention_kernel<C, 128>(q, ldq, k, v, rows, items, shape, out); });
+}
+
 // The reference's memory (host, but used as device memory) and ops, with the covered ops run as
 // the cuda device runs them:
 // the same plans and kernels, the same launch shapes, on the emulator. Reports f16 caches, as the
@@ -71,7 +86,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   // kernel.
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
-           " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles)\n" +
+           " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles), " +
+           std::to_string(tc_calls_) + " with tensor-core tiles (" + std::to_string(tc_items_total_) + " tiles)\n" +
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
@@ -80,10 +96,20 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
                  const AttnShape& shape, float* out) override {
-    const int64_t records = plan_attention(rows, nrows, shape, kEmulatedSms, &items_, &groups_);
+    const bool aligned = ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
+    const int64_t records =
+        plan_attention(rows, nrows, shape, kEmulatedSms, &items_, &groups_, aligned, &tc_items_);
     calls_++;
     if (!groups_.empty()) split_calls_++;
     split_tiles_ += int64_t(groups_.size());
+    if (!tc_items_.empty()) tc_calls_++;
+    tc_items_total_ += int64_t(tc_items_.size());
+    if (!tc_items_.empty()) {
+      if (shape.kv_dtype == DType::F16)
+        emulated_tc<simt::f16>(unsigned(tc_items_.size()), q, ldq, kc, vc, rows, tc_items_.data(), shape, out);
+      else
+        emulated_tc<simt::bf16>(unsigned(tc_items_.size()), q, ldq, kc, vc, rows, tc_items_.data(), shape, out);
+    }
     if (items_.empty()) return;
     partials_.assign(size_t(records * shape.num_kv_heads * (shape.head_dim + 2)), std::nanf(""));
     float* partials = partials_.data();
@@ -286,6 +312,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   std::vector<AttnWorkItem> items_;
   std::vector<AttnSplitGroup> groups_;
+  std::vector<AttnWorkItem> tc_items_;
+  int64_t tc_calls_ = 0, tc_items_total_ = 0;
   std::vector<float> partials_, lora_planes_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;

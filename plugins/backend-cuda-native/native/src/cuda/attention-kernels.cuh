@@ -111,6 +111,14 @@ __device__ __forceinline__ void stage_kv_tile(const C* kc, const C* vc, const in
   }
 }
 
+// Element d of query qi of `row` for KV head g, scaled: scale · q[tok_start + qi / G, g·G + qi mod G, d]
+// (a tile's query index: token-major, then the head within the KV head's group).
+__device__ __forceinline__ float tile_query(const float* q, int64_t ldq, const AttnRow& row, const AttnShape& s, int g,
+                                            int qi, int d) {
+  const int G = s.num_heads / s.num_kv_heads, h = g * G + qi % G;
+  return q[(int64_t(row.tok_start) + qi / G) * ldq + int64_t(h) * s.head_dim + d] * s.scale;
+}
+
 // Semantics: for the item's queries qq < nq (query qi = tile·kQueries + qq: token i = qi / G, head
 // h = g·G + qi mod G, g = blockIdx.y) over the visible keys c in [key_begin, key_end):
 //   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
@@ -142,12 +150,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int idx = threadIdx.x; idx < kQueries * D; idx += blockDim.x) {
     const int qq = idx / D, d = idx % D;
-    float v = 0.0f;
-    if (qq < nq) {
-      const int qi = q0 + qq, h = g * G + qi % G;
-      v = q[(int64_t(row.tok_start) + qi / G) * ldq + int64_t(h) * D + d] * s.scale;
-    }
-    qs[idx] = v;
+    qs[idx] = qq < nq ? tile_query(q, ldq, row, s, g, q0 + qq, d) : 0.0f;
   }
   if (threadIdx.x < kKeys) slot_s[threadIdx.x] = slot_of(item.key_begin + int(threadIdx.x));
 

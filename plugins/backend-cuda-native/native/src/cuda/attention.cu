@@ -20,11 +20,13 @@
 // scratch and a second kernel merges the splits of each query exactly as the online softmax would
 // (out = Σ e^{m_s - M} acc_s / Σ e^{m_s - M} l_s).
 //
-// Tensor cores are not used here: attention is a small share of a step at the batch sizes and
-// contexts Loom serves, and the performance issue measures whether it needs them.
+// A prompt's causal rows over a 16-bit cache (attention-plan.h's tc_attention_row) take the
+// tensor-core kernel instead (attention-tc-kernels.cuh), in a launch of their own beside this one:
+// the two write disjoint rows of `out`.
 #include <cstring>
 
 #include "cuda/attention-kernels.cuh"
+#include "cuda/attention-tc-kernels.cuh"
 #include "cuda/cuda-device.h"
 
 namespace loom {
@@ -41,6 +43,24 @@ void launch_flash(const dim3& grid, size_t smem, cudaStream_t stream, const floa
                                                                   partials);
 }
 
+template <typename C, int D>
+void launch_tc(unsigned nitems, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out) {
+  const size_t smem = tc_attention_smem_bytes(D);
+  if (smem > 48 * 1024) cudaFuncSetAttribute(tc_attention_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  tc_attention_kernel<C, D><<<dim3(nitems, unsigned(shape.num_kv_heads)), 4 * 32, smem, stream>>>(
+      q, ldq, static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out);
+}
+
+template <typename C>
+void launch_tc(unsigned nitems, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out) {
+  if (shape.head_dim == 64)
+    launch_tc<C, 64>(nitems, stream, q, ldq, kc, vc, rows, items, shape, out);
+  else
+    launch_tc<C, 128>(nitems, stream, q, ldq, kc, vc, rows, items, shape, out);
+}
+
 }  // namespace
 
 void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -50,8 +70,10 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
     check(cudaErrorInvalidValue, "attention (head_dim above 256 or heads not a multiple of kv heads)");
     return;
   }
-  const int64_t records = plan_attention(rows, nrows, shape, sm_count_, &attn_items_, &attn_groups_);
-  if (attn_items_.empty()) return;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
+  const int64_t records =
+      plan_attention(rows, nrows, shape, sm_count_, &attn_items_, &attn_groups_, aligned, &attn_tc_items_);
+  if (attn_items_.empty() && attn_tc_items_.empty()) return;
   float* partials = nullptr;
   if (!attn_groups_.empty()) {
     const int64_t floats = records * shape.num_kv_heads * (shape.head_dim + 2);
@@ -61,19 +83,32 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
       return;
     }
   }
-  // Rows, items and split groups in one staged copy (each copy is a stream operation of its own,
-  // a few microseconds beside a decode row's attention): [rows | items | groups], 8-byte aligned.
+  // Rows, items, split groups and tensor-core items in one staged copy (each copy is a stream
+  // operation of its own, a few microseconds beside a decode row's attention):
+  // [rows | items | groups | tc items], 8-byte aligned.
   auto align8 = [](size_t n) { return (n + 7) & ~size_t(7); };
   const size_t rows_bytes = size_t(nrows) * sizeof(AttnRow), items_at = align8(rows_bytes);
   const size_t items_bytes = attn_items_.size() * sizeof(AttnWorkItem), groups_at = align8(items_at + items_bytes);
-  attn_staging_.resize(groups_at + attn_groups_.size() * sizeof(AttnSplitGroup));
+  const size_t groups_bytes = attn_groups_.size() * sizeof(AttnSplitGroup), tc_at = align8(groups_at + groups_bytes);
+  attn_staging_.resize(tc_at + attn_tc_items_.size() * sizeof(AttnWorkItem));
   std::memcpy(attn_staging_.data(), rows, rows_bytes);
-  std::memcpy(attn_staging_.data() + items_at, attn_items_.data(), items_bytes);
-  if (!attn_groups_.empty())
-    std::memcpy(attn_staging_.data() + groups_at, attn_groups_.data(), attn_groups_.size() * sizeof(AttnSplitGroup));
+  if (!attn_items_.empty()) std::memcpy(attn_staging_.data() + items_at, attn_items_.data(), items_bytes);
+  if (!attn_groups_.empty()) std::memcpy(attn_staging_.data() + groups_at, attn_groups_.data(), groups_bytes);
+  if (!attn_tc_items_.empty())
+    std::memcpy(attn_staging_.data() + tc_at, attn_tc_items_.data(), attn_tc_items_.size() * sizeof(AttnWorkItem));
   auto* staged = static_cast<const uint8_t*>(stage(attn_staging_.data(), int64_t(attn_staging_.size())));
   if (!staged) return;
   const auto* d_rows = reinterpret_cast<const AttnRow*>(staged);
+  if (!attn_tc_items_.empty()) {
+    const auto* d_tc = reinterpret_cast<const AttnWorkItem*>(staged + tc_at);
+    const unsigned n = unsigned(attn_tc_items_.size());
+    if (shape.kv_dtype == DType::F16)
+      launch_tc<__half>(n, stream_, q, ldq, kc, vc, d_rows, d_tc, shape, out);
+    else
+      launch_tc<__nv_bfloat16>(n, stream_, q, ldq, kc, vc, d_rows, d_tc, shape, out);
+    if (!check(cudaGetLastError(), "tensor-core attention launch")) return;
+  }
+  if (attn_items_.empty()) return;
   const auto* d_items = reinterpret_cast<const AttnWorkItem*>(staged + items_at);
   const dim3 grid(unsigned(attn_items_.size()), unsigned(shape.num_kv_heads));
   const size_t smem = attention_smem_bytes(shape.head_dim);

@@ -79,6 +79,21 @@ inline void ldmatrix_x4(uint32_t r[4], const void* row) {
     std::memcpy(&r[i], reinterpret_cast<const uint8_t*>(uintptr_t(all[i * 8 + lane / 4])) + 4 * (lane % 4), 4);
 }
 
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: as ldmatrix_x4, but register i of lane l
+// receives column l / 4 of matrix i at rows 2 (l % 4) (low half) and 2 (l % 4) + 1 (high half).
+inline void ldmatrix_x4_trans(uint32_t r[4], const void* row) {
+  const uint64_t mine = uint64_t(reinterpret_cast<uintptr_t>(row));
+  uint64_t all[32];
+  simt::warp_exchange(&mine, sizeof(mine), all);
+  const int lane = simt::current().linear % 32;
+  for (int i = 0; i < 4; i++) {
+    uint16_t lo, hi;
+    std::memcpy(&lo, reinterpret_cast<const uint8_t*>(uintptr_t(all[i * 8 + 2 * (lane % 4)])) + 2 * (lane / 4), 2);
+    std::memcpy(&hi, reinterpret_cast<const uint8_t*>(uintptr_t(all[i * 8 + 2 * (lane % 4) + 1])) + 2 * (lane / 4), 2);
+    r[i] = uint32_t(lo) | uint32_t(hi) << 16;
+  }
+}
+
 // cp.async as the PTX ISA defines it for the issuing thread: a copy lands no earlier than its
 // group's commit and no later than a cp.async.wait_group that leaves at most N newer groups
 // pending. Emulated at the latest moment allowed (the wait), so a kernel that reads a stage
@@ -161,6 +176,16 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* row) {
   const unsigned s = unsigned(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+
+// The same, transposed: register i of lane l holds column l / 4 of matrix i, rows 2 (l % 4) and
+// 2 (l % 4) + 1 (an MMA's B fragment from a row-major [k, n] tile).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void* row) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s)
                : "memory");

@@ -611,22 +611,29 @@ void test_elementwise(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // with block sizes that divide the context and ones that do not, in f32 caches and, when the
 // device keeps another KV dtype, in that one (the caches rounded to it; see test_kv_dtypes).
 // Then long histories (600-2000 entries) under a few short rows: where the cuda device splits a
-// row's keys across blocks and merges the splits.
+// row's keys across blocks and merges the splits. Then prompts (40-100 tokens, with and without
+// history, beside decode rows) in f16 and bf16 caches: the cuda device's tensor-core kernel, its
+// partial query and key tiles, and the SIMT kernel for the head dim it is not built for (80).
 void test_attention_tree_is_plain(Device* dev, Checker& ck);
 
 void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   struct Heads {
     int hq, hkv, d;
   };
+  enum class Rows { kMixed, kLongHistory, kPrompts };
   struct Grid {
-    bool long_history;
+    Rows rows;
     std::vector<int> block_sizes, row_counts;
+    std::vector<Heads> heads;
   };
   std::vector<DType> kv_dtypes = {DType::F32};
   if (dev->kv_dtype() != DType::F32) kv_dtypes.push_back(dev->kv_dtype());
-  for (const Grid& grid : {Grid{false, {16, 5}, {1, 3, 8}}, Grid{true, {16}, {1, 3}}})
-  for (DType kv : kv_dtypes)
-    for (Heads hs : {Heads{9, 3, 64}, Heads{14, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}})
+  const std::vector<Heads> all_heads = {Heads{9, 3, 64}, Heads{14, 2, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}};
+  for (const Grid& grid : {Grid{Rows::kMixed, {16, 5}, {1, 3, 8}, all_heads},
+                           Grid{Rows::kLongHistory, {16}, {1, 3}, all_heads},
+                           Grid{Rows::kPrompts, {16}, {1, 2}, {Heads{9, 3, 64}, Heads{32, 8, 128}, Heads{4, 4, 80}}}})
+  for (DType kv : grid.rows == Rows::kPrompts ? std::vector<DType>{DType::F16, DType::BF16} : kv_dtypes)
+    for (Heads hs : grid.heads)
       for (int bs : grid.block_sizes)
         for (int nrows : grid.row_counts) {
           const int64_t E = int64_t(hs.hkv) * hs.d;
@@ -640,11 +647,14 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           std::vector<uint8_t> masks;
           std::vector<int64_t> mask_at;
           int next_block = 0, T = 0;
+          const bool long_history = grid.rows == Rows::kLongHistory;
           for (int r = 0; r < nrows; r++) {
-            // decode row, prefill chunk (maybe with history), or a Medusa-style tree
-            const int kind = rng.range(0, 2);
-            const int n = kind == 0 ? 1 : rng.range(2, grid.long_history ? 5 : 24);
-            const int cache_len = grid.long_history ? rng.range(600, 2000) : rng.range(0, 1) ? rng.range(0, 150) : 0;
+            // decode row, prefill chunk (maybe with history), or a Medusa-style tree; the prompt
+            // grid's first row is a prompt (causal), its others decode rows
+            const bool prompt = grid.rows == Rows::kPrompts && r == 0;
+            const int kind = prompt ? 1 : grid.rows == Rows::kPrompts ? 0 : rng.range(0, 2);
+            const int n = prompt ? rng.range(40, 100) : kind == 0 ? 1 : rng.range(2, long_history ? 5 : 24);
+            const int cache_len = long_history ? rng.range(600, 2000) : rng.range(0, 1) ? rng.range(0, 150) : 0;
             const int need = (cache_len + n + bs - 1) / bs;
             rows.push_back({T, n, cache_len, nullptr, nullptr});
             mask_at.push_back(kind == 2 ? int64_t(masks.size()) : -1);
@@ -675,7 +685,9 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
             out[side] = get(d, ob, out_n);
           }
           ck.compare("attention",
-                     dims((std::string(grid.long_history ? "attention, long history, kv " : "attention kv ") +
+                     dims((std::string(long_history ? "attention, long history, kv "
+                                       : grid.rows == Rows::kPrompts ? "attention, prompts, kv "
+                                                                     : "attention kv ") +
                            dtype_name(kv)).c_str(),
                           {{"rows", nrows}, {"T", T}, {"Hq", hs.hq}, {"Hkv", hs.hkv}, {"D", hs.d}, {"bs", bs}}),
                      out[0].data(), out[1].data(), out_n, 1e-5, 1e-4);
