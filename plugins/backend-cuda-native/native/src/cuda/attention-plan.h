@@ -71,8 +71,8 @@ inline size_t tc_attention_smem_bytes(int D) {
 
 // The work of one attention call (host side, where the rows are). With `tensor_cores` (the
 // caches 16-byte aligned, as cp.async needs), rows the tensor-core kernel takes
-// (tc_attention_row) become `tc_items`: one per kTcQueries queries, with its visible keys
-// [0, key_end) (key_begin 0, partial -1). The others become `items` in row order, a row's tiles
+// (tc_attention_row) become `tc_items`: one per kTcQueries queries, a row's last tile first, with
+// its visible keys [0, key_end) (key_begin 0, partial -1). The others become `items` in row order, a row's tiles
 // in order, a tile's splits in order; a tile whose keys are split gets a group naming its partial
 // records. `sm_count` sizes the split (kBlocksPerSm blocks per SM). Returns the number of partial
 // records (kQueries per split of every split tile); each holds Hkv × (D + 2) floats.
@@ -91,8 +91,10 @@ inline int64_t plan_attention(const AttnRow* rows, int nrows, const AttnShape& s
       tiles += (int64_t(row.n) * G + kQueries - 1) / kQueries;
       continue;
     }
+    // Last tile first: a causal row's later tiles see more keys, and blocks start in grid order,
+    // so the longest start first and the short ones fill the tail.
     const int nqueries = row.n * G;
-    for (int t = 0; t * kTcQueries < nqueries; t++) {
+    for (int t = (nqueries - 1) / kTcQueries; t >= 0; t--) {
       const int last_token = (std::min(nqueries, (t + 1) * kTcQueries) - 1) / G;
       tc_items->push_back({r, t, 0, row.cache_len + last_token + 1, -1});
     }
