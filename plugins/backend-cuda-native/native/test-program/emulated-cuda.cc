@@ -4,8 +4,8 @@
 // splits, barriers, warp shuffles) is checked in `npm test` before a GPU ever runs it.
 //
 // Covered so far, with the launch shapes of the cuda device:
-//  - attention (cuda/attention-kernels.cuh, and attention-tc-kernels.cuh for a prompt's causal
-//    rows over 16-bit caches) with the device's host-side plan at the SM count of an H100 (132), in
+//  - attention (cuda/attention-tc-kernels.cuh for 16-bit caches at head dims 64 and 128, else
+//    cuda/attention-kernels.cuh) with the device's host-side plan at the SM count of an H100 (132), in
 //    f32, f16 and bf16 caches (the cuda device keeps f16): the self-test's attention cases;
 //  - argmax, top_k, log_sum_exp (cuda/vocab-kernels.cuh): its elementwise cases (whose other ops
 //    are the reference's here, so they compare the reference with itself);
@@ -57,16 +57,17 @@ void emulated_flash(const simt::dim3& grid, size_t smem, const float* q, int64_t
 }
 
 template <typename C>
-void emulated_tc(unsigned nitems, const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows,
-                 const AttnWorkItem* items, const AttnShape& shape, float* out) {
-  const simt::dim3 grid(nitems, unsigned(shape.num_kv_heads));
+void emulated_tc(const simt::dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
+                 const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
   const size_t smem = tc_attention_smem_bytes(shape.head_dim);
   auto* k = static_cast<const C*>(kc);
   auto* v = static_cast<const C*>(vc);
   if (shape.head_dim == 64)
-    simt::launch(grid, simt::dim3(4 * 32), smem, [&] { tc_attention_kernel<C, 64>(q, ldq, k, v, rows, items, shape, out); });
+    simt::launch(grid, simt::dim3(4 * 32), smem,
+                 [&] { tc_attention_kernel<C, 64>(q, ldq, k, v, rows, items, shape, out, partials); });
   else
-    simt::launch(grid, simt::dim3(4 * 32), smem, [&] { tc_attention_kernel<C, 128>(q, ldq, k, v, rows, items, shape, out); });
+    simt::launch(grid, simt::dim3(4 * 32), smem,
+                 [&] { tc_attention_kernel<C, 128>(q, ldq, k, v, rows, items, shape, out, partials); });
 }
 
 // The reference's memory (host, but used as device memory) and ops, with the covered ops run as
@@ -87,7 +88,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
            " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles), " +
-           std::to_string(tc_calls_) + " with tensor-core tiles (" + std::to_string(tc_items_total_) + " tiles)\n" +
+           std::to_string(tc_calls_) + " on the tensor-core kernel\n" +
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
@@ -96,34 +97,33 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
                  const AttnShape& shape, float* out) override {
-    const bool aligned = ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
-    const int64_t records =
-        plan_attention(rows, nrows, shape, kEmulatedSms, &items_, &groups_, aligned, &tc_items_);
+    const AttnTiling tiling = attention_tiling(shape, kc, vc);
+    const int64_t records = plan_attention(rows, nrows, shape, tiling, kEmulatedSms, &items_, &groups_);
     calls_++;
     if (!groups_.empty()) split_calls_++;
     split_tiles_ += int64_t(groups_.size());
-    if (!tc_items_.empty()) tc_calls_++;
-    tc_items_total_ += int64_t(tc_items_.size());
-    if (!tc_items_.empty()) {
-      if (shape.kv_dtype == DType::F16)
-        emulated_tc<simt::f16>(unsigned(tc_items_.size()), q, ldq, kc, vc, rows, tc_items_.data(), shape, out);
-      else
-        emulated_tc<simt::bf16>(unsigned(tc_items_.size()), q, ldq, kc, vc, rows, tc_items_.data(), shape, out);
-    }
+    if (tiling.tensor_cores) tc_calls_++;
     if (items_.empty()) return;
     partials_.assign(size_t(records * shape.num_kv_heads * (shape.head_dim + 2)), std::nanf(""));
     float* partials = partials_.data();
     const simt::dim3 grid(unsigned(items_.size()), unsigned(shape.num_kv_heads));
-    const size_t smem = attention_smem_bytes(shape.head_dim);
-    switch (shape.kv_dtype) {
-      case DType::F32:
-        emulated_flash<float>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
-        break;
-      case DType::F16:
-        emulated_flash<simt::f16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
-        break;
-      default:
-        emulated_flash<simt::bf16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+    if (tiling.tensor_cores) {
+      if (shape.kv_dtype == DType::F16)
+        emulated_tc<simt::f16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+      else
+        emulated_tc<simt::bf16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+    } else {
+      const size_t smem = attention_smem_bytes(shape.head_dim);
+      switch (shape.kv_dtype) {
+        case DType::F32:
+          emulated_flash<float>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+          break;
+        case DType::F16:
+          emulated_flash<simt::f16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+          break;
+        default:
+          emulated_flash<simt::bf16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+      }
     }
     if (groups_.empty()) return;
     const AttnSplitGroup* groups = groups_.data();
@@ -312,8 +312,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   std::vector<AttnWorkItem> items_;
   std::vector<AttnSplitGroup> groups_;
-  std::vector<AttnWorkItem> tc_items_;
-  int64_t tc_calls_ = 0, tc_items_total_ = 0;
+  int64_t tc_calls_ = 0;
   std::vector<float> partials_, lora_planes_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;

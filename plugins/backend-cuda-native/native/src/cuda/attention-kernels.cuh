@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // Semantics: for each split group (grid.x) and KV head g (grid.y), each of the tile's queries qq:
 //   M = max_s m_s, out = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s (0 where no split saw a key),
-// the partial records of split s at ((group.partial + s·kQueries + qq) · Hkv + g) · (D + 2).
+// the partial records of split s at ((group.partial + s·nq + qq) · Hkv + g) · (D + 2), for the
+// tile's queries q0 + qq, qq < nq (either kernel's tiles).
 __global__ void __launch_bounds__(kWarps * 32)
     merge_splits_kernel(const AttnRow* rows, const AttnSplitGroup* groups, AttnShape s,
                         const float* partials, float* out) {
@@ -258,10 +259,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const AttnRow row = rows[grp.row];
   const int g = blockIdx.y, D = s.head_dim, G = s.num_heads / s.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int q0 = grp.tile * kQueries, nq = min(kQueries, row.n * G - q0);
+  const int q0 = grp.q0, nq = grp.nq;
   for (int qq = warp; qq < nq; qq += kWarps) {
     auto record = [&](int split) {
-      return partials + (int64_t(grp.partial + split * kQueries + qq) * s.num_kv_heads + g) * (D + 2);
+      return partials + (int64_t(grp.partial + split * nq + qq) * s.num_kv_heads + g) * (D + 2);
     };
     float M = -INFINITY;
     for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, record(sp)[0]);

@@ -1,28 +1,25 @@
 // Paged attention of the cuda device, flash-attention style: decode rows, prefill chunks (causal)
-// and Medusa tree rows in one launch, GQA by KV head, K/V widened from the cache dtype (f32, f16,
-// bf16). Semantics: Device::attention (kernels.h); the scalar reference is kernels-ref.cc.
+// and Medusa tree rows in one launch, GQA by KV head. Semantics: Device::attention (kernels.h); the
+// scalar reference is kernels-ref.cc. Two kernels, one per call by its shape (attention-plan.h's
+// attention_tiling):
+//  - the tensor-core kernel (attention-tc-kernels.cuh) for 16-bit caches at head dims 64 and 128:
+//    every call of the device at the models it serves (its caches are f16);
+//  - the SIMT kernel (attention-kernels.cuh) for f32 caches and other head dims.
 //
 // Work is cut on the host, where the rows are (AttnRow is host memory), into items: one query tile
-// of one row (kQueries (token, head) queries of one KV head's group, query index token·G + head in
-// group, so a decode row of Llama-3's 32/8 heads is one tile of 4 queries) over a slice of its
-// visible keys. A block runs one item for one KV head (grid: items × Hkv):
+// of one row (the kernel's tile of (token, head) queries of one KV head's group, query index
+// token·G + head in group, so a decode row of Llama-3's 32/8 heads is one tile of 4 queries) over
+// a slice of its visible keys. A block runs one item for one KV head (grid: items × Hkv):
 //  - the tile's queries, pre-scaled, are staged in shared memory once;
-//  - the visible keys stream through shared memory kKeys at a time (K rows padded to D+1 floats so
-//    that lane j reading key j's dimension d hits bank (j + d) mod 32: no conflicts), widened once
-//    per tile and read by every query of it: K/V bytes are read once per query tile instead of
-//    once per query head;
-//  - each warp owns kQueriesPerWarp queries: lane j scores key j, the warp keeps an online softmax
-//    (running max, rescaled sum) and an output accumulator of D/32 dimensions per lane;
+//  - the visible keys stream through shared memory a tile at a time, read by every query of the
+//    tile: K/V bytes are read once per query tile instead of once per query head;
+//  - an online softmax per query (running max, rescaled sum) and an output accumulator;
 //  - masks per query: cache entries (c < cache_len) are visible to all; new entries by the row's
 //    tree mask, else causally (j <= i).
-// Decode is split over the KV sequence where one item per (row, head) would leave the GPU idle
+// Keys are split over the KV sequence where one item per (row, head) would leave the GPU idle
 // (few rows, long contexts): each split writes its (max, sum, unnormalised output) partial to
 // scratch and a second kernel merges the splits of each query exactly as the online softmax would
 // (out = Σ e^{m_s - M} acc_s / Σ e^{m_s - M} l_s).
-//
-// A prompt's causal rows over a 16-bit cache (attention-plan.h's tc_attention_row) take the
-// tensor-core kernel instead (attention-tc-kernels.cuh), in a launch of their own beside this one:
-// the two write disjoint rows of `out`.
 #include <cstring>
 
 #include "cuda/attention-kernels.cuh"
@@ -44,21 +41,22 @@ void launch_flash(const dim3& grid, size_t smem, cudaStream_t stream, const floa
 }
 
 template <typename C, int D>
-void launch_tc(unsigned nitems, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
-               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out) {
+void launch_tc(const dim3& grid, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
   const size_t smem = tc_attention_smem_bytes(D);
   if (smem > 48 * 1024) cudaFuncSetAttribute(tc_attention_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  tc_attention_kernel<C, D><<<dim3(nitems, unsigned(shape.num_kv_heads)), 4 * 32, smem, stream>>>(
-      q, ldq, static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out);
+  tc_attention_kernel<C, D><<<grid, 4 * 32, smem, stream>>>(q, ldq, static_cast<const C*>(kc),
+                                                            static_cast<const C*>(vc), rows, items, shape, out,
+                                                            partials);
 }
 
 template <typename C>
-void launch_tc(unsigned nitems, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
-               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out) {
+void launch_tc(const dim3& grid, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
   if (shape.head_dim == 64)
-    launch_tc<C, 64>(nitems, stream, q, ldq, kc, vc, rows, items, shape, out);
+    launch_tc<C, 64>(grid, stream, q, ldq, kc, vc, rows, items, shape, out, partials);
   else
-    launch_tc<C, 128>(nitems, stream, q, ldq, kc, vc, rows, items, shape, out);
+    launch_tc<C, 128>(grid, stream, q, ldq, kc, vc, rows, items, shape, out, partials);
 }
 
 }  // namespace
@@ -70,10 +68,9 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
     check(cudaErrorInvalidValue, "attention (head_dim above 256 or heads not a multiple of kv heads)");
     return;
   }
-  const bool aligned = ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
-  const int64_t records =
-      plan_attention(rows, nrows, shape, sm_count_, &attn_items_, &attn_groups_, aligned, &attn_tc_items_);
-  if (attn_items_.empty() && attn_tc_items_.empty()) return;
+  const AttnTiling tiling = attention_tiling(shape, kc, vc);
+  const int64_t records = plan_attention(rows, nrows, shape, tiling, sm_count_, &attn_items_, &attn_groups_);
+  if (attn_items_.empty()) return;
   float* partials = nullptr;
   if (!attn_groups_.empty()) {
     const int64_t floats = records * shape.num_kv_heads * (shape.head_dim + 2);
@@ -83,44 +80,38 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
       return;
     }
   }
-  // Rows, items, split groups and tensor-core items in one staged copy (each copy is a stream
-  // operation of its own, a few microseconds beside a decode row's attention):
-  // [rows | items | groups | tc items], 8-byte aligned.
+  // Rows, items and split groups in one staged copy (each copy is a stream operation of its own,
+  // a few microseconds beside a decode row's attention): [rows | items | groups], 8-byte aligned.
   auto align8 = [](size_t n) { return (n + 7) & ~size_t(7); };
   const size_t rows_bytes = size_t(nrows) * sizeof(AttnRow), items_at = align8(rows_bytes);
   const size_t items_bytes = attn_items_.size() * sizeof(AttnWorkItem), groups_at = align8(items_at + items_bytes);
-  const size_t groups_bytes = attn_groups_.size() * sizeof(AttnSplitGroup), tc_at = align8(groups_at + groups_bytes);
-  attn_staging_.resize(tc_at + attn_tc_items_.size() * sizeof(AttnWorkItem));
+  attn_staging_.resize(groups_at + attn_groups_.size() * sizeof(AttnSplitGroup));
   std::memcpy(attn_staging_.data(), rows, rows_bytes);
-  if (!attn_items_.empty()) std::memcpy(attn_staging_.data() + items_at, attn_items_.data(), items_bytes);
-  if (!attn_groups_.empty()) std::memcpy(attn_staging_.data() + groups_at, attn_groups_.data(), groups_bytes);
-  if (!attn_tc_items_.empty())
-    std::memcpy(attn_staging_.data() + tc_at, attn_tc_items_.data(), attn_tc_items_.size() * sizeof(AttnWorkItem));
+  std::memcpy(attn_staging_.data() + items_at, attn_items_.data(), items_bytes);
+  if (!attn_groups_.empty())
+    std::memcpy(attn_staging_.data() + groups_at, attn_groups_.data(), attn_groups_.size() * sizeof(AttnSplitGroup));
   auto* staged = static_cast<const uint8_t*>(stage(attn_staging_.data(), int64_t(attn_staging_.size())));
   if (!staged) return;
   const auto* d_rows = reinterpret_cast<const AttnRow*>(staged);
-  if (!attn_tc_items_.empty()) {
-    const auto* d_tc = reinterpret_cast<const AttnWorkItem*>(staged + tc_at);
-    const unsigned n = unsigned(attn_tc_items_.size());
-    if (shape.kv_dtype == DType::F16)
-      launch_tc<__half>(n, stream_, q, ldq, kc, vc, d_rows, d_tc, shape, out);
-    else
-      launch_tc<__nv_bfloat16>(n, stream_, q, ldq, kc, vc, d_rows, d_tc, shape, out);
-    if (!check(cudaGetLastError(), "tensor-core attention launch")) return;
-  }
-  if (attn_items_.empty()) return;
   const auto* d_items = reinterpret_cast<const AttnWorkItem*>(staged + items_at);
   const dim3 grid(unsigned(attn_items_.size()), unsigned(shape.num_kv_heads));
-  const size_t smem = attention_smem_bytes(shape.head_dim);
-  switch (shape.kv_dtype) {
-    case DType::F32:
-      launch_flash<float>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
-      break;
-    case DType::F16:
-      launch_flash<__half>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
-      break;
-    default:
-      launch_flash<__nv_bfloat16>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+  if (tiling.tensor_cores) {
+    if (shape.kv_dtype == DType::F16)
+      launch_tc<__half>(grid, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+    else
+      launch_tc<__nv_bfloat16>(grid, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+  } else {
+    const size_t smem = attention_smem_bytes(shape.head_dim);
+    switch (shape.kv_dtype) {
+      case DType::F32:
+        launch_flash<float>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        break;
+      case DType::F16:
+        launch_flash<__half>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        break;
+      default:
+        launch_flash<__nv_bfloat16>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+    }
   }
   check(cudaGetLastError(), "attention launch");
   if (attn_groups_.empty()) return;

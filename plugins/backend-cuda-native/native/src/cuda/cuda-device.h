@@ -122,7 +122,6 @@ class CudaDevice final : public Device {
   // demand, released with the device).
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
-  std::vector<AttnWorkItem> attn_tc_items_;  // the tensor-core kernel's (a prompt's causal rows)
   std::vector<uint8_t> attn_staging_;  // rows, items and groups packed for one staged copy
   GrowingBuffer attn_partials_;
   // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
