@@ -225,13 +225,19 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       prefill_x_.resize(size_t(cols * T));
       launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
+    const TcX tcx = tc_x_cols(jobs, njobs, T, sms);
+    if (tcx.cols > 0) {  // and split once for its tensor-core jobs
+      tc_x_.resize(size_t(2 * tcx.cols * T));
+      launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, tc_x_.data(), tcx.cols, launch);
+    }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
       const int64_t need = tc_split_floats(jobs[i], T, sms);
       if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
       if (need > 0) split_jobs_++;
       const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
-                                  cols > 0 ? prefill_x_.data() : nullptr, cols};
+                                  cols > 0 ? prefill_x_.data() : nullptr, cols,
+                                  tcx.cols > 0 ? tc_x_.data() : nullptr, tcx.cols, tcx.dtype};
       switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, scratch, launch)) {
         case MatmulPath::kPrefill: prefill_jobs_++; break;
         case MatmulPath::kTensorCore: tensor_core_jobs_++; break;
@@ -319,6 +325,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   int64_t prefill_jobs_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
   std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x
+  std::vector<uint16_t> tc_x_;         // the tensor-core GEMM's x in 16-bit halves [2, T, K]
 };
 
 }  // namespace

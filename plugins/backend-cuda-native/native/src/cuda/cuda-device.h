@@ -132,6 +132,8 @@ class CudaDevice final : public Device {
   GrowingBuffer split_partials_;
   // The prefill GEMM's x rounded to bf16 (device, grown on demand, released with the device).
   GrowingBuffer prefill_x_;
+  // matmul's x split into 16-bit halves for the tensor-core GEMM (launch_split_x).
+  GrowingBuffer tc_x_;
 };
 
 // Threads per block for the simple one-dimensional kernels.

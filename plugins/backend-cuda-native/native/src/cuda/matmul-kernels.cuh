@@ -193,13 +193,29 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
 
 // ---------------------------------------------------------------- tensor-core GEMM (T >= 16)
 
+// Semantics: xs[t*ldxs + k] = hi, xs[T*ldxs + t*ldxs + k] = lo, x[t*ldx+k] = hi + lo as DT's
+// split_x rounds it (tensor-core.cuh), for t < T, k < K. grid (ceil(K/256) up to 64, min(T,
+// 65535)), block 256; rows beyond gridDim.y loop. The tensor-core GEMM's x, split once per call
+// instead of once per block and k-tile (Nsight Compute found that GEMM issue-bound, its warps
+// converting and storing x between barriers: docs/performance.md).
+template <DType DT>
+__global__ void __launch_bounds__(256) split_x_kernel(const float* x, int64_t T, int64_t ldx, int64_t K, uint16_t* xs,
+                                                      int64_t ldxs) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y)
+    for (int64_t k = int64_t(blockIdx.x) * 256 + threadIdx.x; k < K; k += int64_t(gridDim.x) * 256)
+      split_x<DT>(x[t * ldx + k], &xs[t * ldxs + k], &xs[T * ldxs + t * ldxs + k]);
+}
+
 // Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
-//   + Σ_k x[t*ldx+k] * W[n,k]. grid (ceil(N/64), ceil(T/64), slices), block 128.
-// x [T, ldx] f32 (any ldx), W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
+//   + Σ_k x[t,k] * W[n,k] with x = hi + lo from split_x_kernel. grid (ceil(N/64), ceil(T/64),
+//   slices), block 128.
+// xs [2, T, ldxs] in DT (ldxs % 8 == 0, 16-byte aligned), W [N, K] in DT (K % 8 == 0, 16-byte
+// aligned), bias [N] or null, y [T, ldy] f32. Both operands stream global -> shared by cp.async,
+// double-buffered, one barrier pair per 32-column k-tile.
 // Split-K (part != null): slice z sums k in [z*kchunk, (z+1)*kchunk) only and writes its partial
 // to part[(z*T + t)*N + n] (no bias, no accumulate); splitk_reduce_kernel finishes y.
 template <DType DT>
-__global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, int64_t T, int64_t ldx,
+__global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const uint16_t* xs, int64_t T, int64_t ldxs,
                                                                 const uint16_t* w, int64_t N, int64_t K,
                                                                 const float* bias, float* y, int64_t ldy,
                                                                 bool accumulate, int64_t kchunk, float* part) {
@@ -212,32 +228,24 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
   const int64_t m0 = int64_t(blockIdx.y) * kBM, n0 = int64_t(blockIdx.x) * kBN;
   const int64_t kb = int64_t(blockIdx.z) * kchunk, ke = K < kb + kchunk ? K : kb + kchunk;  // this slice's k
   const int nk = ke > kb ? int((ke - kb + kBK - 1) / kBK) : 0;
+  const uint16_t* xlo = xs + T * ldxs;
 
-  // Weights: 64 rows x 4 chunks of 8 halves = 256 chunks, 2 per thread.
-  auto load_w = [&](int stage, int64_t k0) {
+  // One k-tile: W 64 rows x 4 chunks of 8 halves = 256 chunks, and as many of x's hi and lo
+  // planes, 2 of each per thread; rows past N or T and columns past the slice load zeros.
+  auto load_stage = [&](int stage, int64_t k0) {
 #pragma unroll
     for (int j = 0; j < 2; j++) {
       const int c = tid + j * kGemmThreads, row = c >> 2, kc = (c & 3) * 8;
-      const int64_t n = n0 + row, k = k0 + kc;
-      const bool ok = n < N && k < ke;
-      cp_async16(&ws[stage][row][kc], ok ? static_cast<const void*>(w + n * K + k) : static_cast<const void*>(w),
-                 ok ? 16 : 0);
+      const int64_t n = n0 + row, t = m0 + row, k = k0 + kc;
+      const bool wok = n < N && k < ke, xok = t < T && k < ke;
+      cp_async16(&ws[stage][row][kc], wok ? static_cast<const void*>(w + n * K + k) : static_cast<const void*>(w),
+                 wok ? 16 : 0);
+      cp_async16(&xh[stage][row][kc], xok ? static_cast<const void*>(xs + t * ldxs + k) : static_cast<const void*>(xs),
+                 xok ? 16 : 0);
+      cp_async16(&xl[stage][row][kc], xok ? static_cast<const void*>(xlo + t * ldxs + k) : static_cast<const void*>(xs),
+                 xok ? 16 : 0);
     }
     cp_async_commit();
-  };
-  // x: 64 rows x 32 columns = 2048 floats, 16 per thread; warp-wide rows (coalesced 128 bytes).
-  float xr[16];
-  auto load_x = [&](int64_t k0) {
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-      const int row = warp + 4 * j;
-      const int64_t t = m0 + row, k = k0 + lane;
-      xr[j] = t < T && k < ke ? x[t * ldx + k] : 0.0f;
-    }
-  };
-  auto store_x = [&](int stage) {
-#pragma unroll
-    for (int j = 0; j < 16; j++) split_x<DT>(xr[j], &xh[stage][warp + 4 * j][lane], &xl[stage][warp + 4 * j][lane]);
   };
 
   float acc[2][4][4];
@@ -248,18 +256,13 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
 
-  if (nk > 0) {
-    load_w(0, kb);
-    load_x(kb);
-    store_x(0);
-  }
+  if (nk > 0) load_stage(0, kb);
   for (int kt = 0; kt < nk; kt++) {
     const int s = kt & 1;
-    const bool more = kt + 1 < nk;
-    if (more) {
-      load_w(s ^ 1, kb + int64_t(kt + 1) * kBK);
-      load_x(kb + int64_t(kt + 1) * kBK);
-      cp_async_wait<1>();  // this stage's weights have landed (the next stage's may be in flight)
+    if (kt + 1 < nk) {
+      // Stage s^1 was last read in the previous iteration, before its closing barrier.
+      load_stage(s ^ 1, kb + int64_t(kt + 1) * kBK);
+      cp_async_wait<1>();  // this stage has landed (the next one may be in flight)
     } else {
       cp_async_wait<0>();
     }
@@ -291,8 +294,6 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const float* x, i
         }
       }
     }
-    // Stage s^1 was last read in the previous iteration, before this iteration's barrier.
-    if (more) store_x(s ^ 1);
     __syncthreads();  // nobody reads stage s any more: the next iteration may refill it
   }
 
@@ -435,15 +436,50 @@ inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) 
   return cols;
 }
 
+// The columns of x and the dtype the call's tensor-core jobs read (the widest K among them, the
+// first one's dtype; 0 columns: none takes that path, counting prefill jobs, which fall back to
+// it): the caller splits x [T, that] into 16-bit halves once for all of them (launch_split_x).
+struct TcX {
+  int64_t cols;
+  DType dtype;
+};
+inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) {
+  TcX r{0, DType::BF16};
+  for (int i = 0; i < n; i++) {
+    const MatmulPath p = matmul_path(jobs[i], T, sms);
+    if (jobs[i].w.rows <= 0 || (p != MatmulPath::kTensorCore && p != MatmulPath::kPrefill)) continue;
+    if (r.cols == 0) r.dtype = jobs[i].w.dtype;
+    if (jobs[i].w.cols > r.cols) r.cols = jobs[i].w.cols;
+  }
+  return r;
+}
+
 // What a call's jobs share on the device: split-K's workspace `part` of `part_floats` floats (at
-// least tc_split_floats(j, T, sms) for a job to be split), and x rounded to bf16 for the prefill
-// GEMM, `xb` [T, ldxb] (null: prefill jobs run on the tensor-core GEMM instead).
+// least tc_split_floats(j, T, sms) for a job to be split), x rounded to bf16 for the prefill
+// GEMM, `xb` [T, ldxb] (null: prefill jobs run on the tensor-core GEMM instead), and x split into
+// `xs_dtype` halves for the tensor-core GEMM, `xs` [2, T, ldxs] (null, or another dtype than a
+// job's: that job runs on the SIMT tiles instead).
 struct MatmulScratch {
   float* part;
   int64_t part_floats;
   const uint16_t* xb;
   int64_t ldxb;
+  const uint16_t* xs;
+  int64_t ldxs;
+  DType xs_dtype;
 };
+
+// Splits x [T, K] into `dt` halves at xs [2, T, ldxs] (split_x_kernel) through `launch`.
+template <typename Launch>
+void launch_split_x(const float* x, int64_t T, int64_t ldx, int64_t K, DType dt, uint16_t* xs, int64_t ldxs,
+                    Launch&& launch) {
+  const int64_t gx = (K + 255) / 256;
+  const unsigned grid_x = unsigned(gx < 64 ? gx : 64), grid_y = unsigned(T < 65535 ? T : 65535);
+  if (dt == DType::BF16)
+    launch(split_x_kernel<DType::BF16>, grid_x, grid_y, 1u, 256, size_t(0), x, T, ldx, K, xs, ldxs);
+  else
+    launch(split_x_kernel<DType::F16>, grid_x, grid_y, 1u, 256, size_t(0), x, T, ldx, K, xs, ldxs);
+}
 
 // Launches the kernel(s) that compute job `j` (matmul_path's choice) through
 // `launch(kernel, grid_x, grid_y, grid_z, threads, dynamic_smem_bytes, args...)`, which each build
@@ -456,6 +492,8 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
   const int64_t N = j.w.rows, K = j.w.cols;
   MatmulPath path = matmul_path(j, T, sms);
   if (path == MatmulPath::kPrefill && scratch.xb == nullptr) path = MatmulPath::kTensorCore;
+  if (path == MatmulPath::kTensorCore && (scratch.xs == nullptr || scratch.xs_dtype != j.w.dtype || K > scratch.ldxs))
+    path = MatmulPath::kSimt;
   if (N <= 0) return path;
   switch (path) {
     case MatmulPath::kPrefill:
@@ -473,11 +511,11 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       const unsigned gz = split ? unsigned(plan.slices) : 1u;
       float* out = split ? part : nullptr;
       if (j.w.dtype == DType::BF16)
-        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, size_t(0), x, T, ldx, w, N, K, j.bias, j.y,
-               j.ldy, accumulate, chunk, out);
+        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K,
+               j.bias, j.y, j.ldy, accumulate, chunk, out);
       else
-        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, size_t(0), x, T, ldx, w, N, K, j.bias, j.y,
-               j.ldy, accumulate, chunk, out);
+        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K,
+               j.bias, j.y, j.ldy, accumulate, chunk, out);
       if (split)
         launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
                static_cast<const float*>(part), int(gz), T, N, j.bias, j.y, j.ldy, accumulate);

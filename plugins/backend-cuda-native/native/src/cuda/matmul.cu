@@ -10,12 +10,12 @@
 //    per 8 tokens and the weight stream never waits on the block. The jobs of one call (q/k/v,
 //    gate/up) share one launch when all take this path.
 //  - tensor-core GEMM (T >= 16, bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
-//    accumulation on 64x64 tiles, K in steps of 32, weights double-buffered with cp.async while x
-//    goes through registers (loaded one tile ahead). x is f32, so it is split into a 16-bit high
-//    part and a 16-bit remainder (x = hi + lo, exact to ~2^-17 relative) and both are multiplied
-//    by W: rounding x to one bf16 would cost ~3 significant digits against the f32 reference,
-//    while two MMAs keep the error at f32-accumulation level for twice the tensor work (a
-//    bandwidth-bound step has that to spare).
+//    accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
+//    x is f32, so it is split once per call (split_x_kernel) into a 16-bit high part and a 16-bit
+//    remainder (x = hi + lo, exact to ~2^-17 relative) and both are multiplied by W: rounding x to
+//    one bf16 would cost ~3 significant digits against the f32 reference, while two MMAs keep the
+//    error at f32-accumulation level for twice the tensor work (a bandwidth-bound step has that
+//    to spare).
 //    When a step's few rows give fewer tiles than SMs (decode batches of 16-64), K is split over
 //    the grid's z and the slices' partials are added in order by a second kernel.
 //  - SIMT tiles (f32 weights with T >= 16, or shapes the vector paths cannot take).
@@ -40,17 +40,22 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
     check(cudaGetLastError(), "matmul launch");
     return;
   }
-  // Split-K's workspace and the prefill GEMM's bf16 x: grown on demand (stream-ordered release,
-  // as attention's partials), and shared by the jobs, which run one after another on the stream.
-  // A failed allocation leaves the jobs unsplit, or on the tensor-core GEMM.
+  // Split-K's workspace, the prefill GEMM's bf16 x and the tensor-core GEMM's split x: grown on
+  // demand (stream-ordered release, as attention's partials), and shared by the jobs, which run
+  // one after another on the stream. A failed allocation leaves the jobs unsplit, on the
+  // tensor-core GEMM, or on the SIMT tiles.
   int64_t need = 0;
   for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_));
   auto* part = static_cast<float*>(grow(&split_partials_, need * int64_t(sizeof(float))));
   const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_);
   auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, cols * T * int64_t(sizeof(uint16_t))));
-  const MatmulScratch scratch{part, part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
-                              cols > 0 ? xb : nullptr, cols};
+  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_);
+  auto* xs = static_cast<uint16_t*>(grow(&tc_x_, 2 * tcx.cols * T * int64_t(sizeof(uint16_t))));
+  const MatmulScratch scratch{part,    part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
+                              cols > 0 ? xb : nullptr, cols,
+                              tcx.cols > 0 ? xs : nullptr, tcx.cols, tcx.dtype};
   if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, xb, cols, launch);
+  if (scratch.xs != nullptr) launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, xs, tcx.cols, launch);
   for (int i = 0; i < njobs; i++) {
     launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, scratch, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
