@@ -437,17 +437,20 @@ inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) 
 }
 
 // The columns of x and the dtype the call's tensor-core jobs read (the widest K among them, the
-// first one's dtype; 0 columns: none takes that path, counting prefill jobs, which fall back to
-// it): the caller splits x [T, that] into 16-bit halves once for all of them (launch_split_x).
+// first one's dtype; 0 columns: none takes that path): the caller splits x [T, that] into 16-bit
+// halves once for all of them (launch_split_x). Prefill jobs count only without `prefill_x` (the
+// prefill GEMM's bf16 x, launch_round_x), when they fall back to the tensor-core GEMM: a prompt's
+// call must not also write a split x nobody reads.
 struct TcX {
   int64_t cols;
   DType dtype;
 };
-inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) {
+inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool prefill_x) {
   TcX r{0, DType::BF16};
   for (int i = 0; i < n; i++) {
     const MatmulPath p = matmul_path(jobs[i], T, sms);
-    if (jobs[i].w.rows <= 0 || (p != MatmulPath::kTensorCore && p != MatmulPath::kPrefill)) continue;
+    const bool tc = p == MatmulPath::kTensorCore || (p == MatmulPath::kPrefill && !prefill_x);
+    if (jobs[i].w.rows <= 0 || !tc) continue;
     if (r.cols == 0) r.dtype = jobs[i].w.dtype;
     if (jobs[i].w.cols > r.cols) r.cols = jobs[i].w.cols;
   }
