@@ -12,6 +12,8 @@
 #     sampling mix (temperature 0.8 + top-p 0.95 seeded / greedy rows), one shared adapter, and a
 #     distinct rank-16 adapter per row on all 7 modules; sampling on the device;
 #   - prefill tokens/s and TFLOP/s for one 2048-token prompt and for 8 prompts of 512;
+#   - each optional kernel path (cuda/kernel-paths.h) against its fallback: the rows it serves
+#     re-timed with it alone off, as a ratio to the time with it on;
 # each beside its roofline (bytes / measured bandwidth; FLOPs / the GPU's dense bf16 peak) and
 # issue 15's targets marked PASS/FAIL. Under 8 minutes on an H100 in total: the measurements get
 # what the build leaves of LOOM_BENCH_TOTAL (rows past it are skipped and say so).

@@ -34,3 +34,34 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const split = Number(matmul?.[5])
   t.ok(split > 0 && split < Number(matmul?.[4]), 'and the tensor-core GEMM both with K split and whole')
 })
+
+t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm' }
+  const result = await run(
+    built.program,
+    ['--device', 'emulated-cuda', '--seed', '2', '--families', 'attention,matmul'],
+    env,
+  )
+  t.equal(result.status, 0, `every case passes\n${result.output}`)
+  t.match(result.output, /^attention: .* worst /m, 'attention was checked')
+  t.match(result.output, /^matmul: .* worst /m, 'matmul was checked')
+  t.notMatch(result.output, /^(rmsnorm|sample|lora_apply): /m, 'and only the families asked for')
+  const attention = /emulated attention: (\d+) calls, .*, (\d+) on the tensor-core kernel/.exec(result.output)
+  t.ok(
+    Number(attention?.[1]) > 0 && Number(attention?.[2]) === 0,
+    `no call took tensor-core attention (${attention?.[0]})`,
+  )
+  const matmul = /emulated matmul: .*, (\d+) simt jobs, (\d+) tensor-core jobs/.exec(result.output)
+  t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) === 0, `no job took the tensor-core GEMM (${matmul?.[0]})`)
+})
+
+t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the known ones', async (t) => {
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-gemm,tc-atention' }
+  const result = await run(built.program, ['--device', 'emulated-cuda', '--seed', '1'], env)
+  t.equal(result.status, 2)
+  t.match(result.output, 'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm)')
+})

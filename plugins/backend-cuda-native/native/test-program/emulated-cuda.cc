@@ -76,7 +76,7 @@ void emulated_tc(const simt::dim3& grid, const float* q, int64_t ldq, const void
 // cuda device does, so the self-test checks both cache dtypes.
 class EmulatedCudaDevice final : public ForwardingDevice {
  public:
-  EmulatedCudaDevice() : ForwardingDevice(reference_device()) {}
+  explicit EmulatedCudaDevice(const CudaKernelPaths& paths) : ForwardingDevice(reference_device()), paths_(paths) {}
   const char* name() const override { return "emulated-cuda"; }
   DType kv_dtype() const override { return DType::F16; }
   // As the cuda device: the model keeps weights, caches and results in device memory and moves
@@ -97,7 +97,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
                  const AttnShape& shape, float* out) override {
-    const AttnTiling tiling = attention_tiling(shape, kc, vc);
+    const AttnTiling tiling = attention_tiling(shape, kc, vc, paths_.tc_attention);
     const int64_t records = plan_attention(rows, nrows, shape, tiling, kEmulatedSms, &items_, &groups_);
     calls_++;
     if (!groups_.empty()) split_calls_++;
@@ -225,7 +225,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       prefill_x_.resize(size_t(cols * T));
       launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
-    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0);
+    const TcX tcx = paths_.tc_gemm ? tc_x_cols(jobs, njobs, T, sms, cols > 0) : TcX{0, DType::BF16};
     if (tcx.cols > 0) {  // and split once for its tensor-core jobs
       tc_x_.resize(size_t(2 * tcx.cols * T));
       launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, tc_x_.data(), tcx.cols, launch);
@@ -234,13 +234,15 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       if (jobs[i].w.rows <= 0) continue;
       const int64_t need = tc_split_floats(jobs[i], T, sms);
       if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
-      if (need > 0) split_jobs_++;
       const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
                                   cols > 0 ? prefill_x_.data() : nullptr, cols,
                                   tcx.cols > 0 ? tc_x_.data() : nullptr, tcx.cols, tcx.dtype};
       switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, scratch, launch)) {
         case MatmulPath::kPrefill: prefill_jobs_++; break;
-        case MatmulPath::kTensorCore: tensor_core_jobs_++; break;
+        case MatmulPath::kTensorCore:
+          tensor_core_jobs_++;
+          if (need > 0) split_jobs_++;
+          break;
         case MatmulPath::kGemv: gemv_jobs_++; break;
         case MatmulPath::kSimt: simt_jobs_++; break;
       }
@@ -326,17 +328,21 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<float> split_partials_;  // split-K's workspace
   std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x
   std::vector<uint16_t> tc_x_;         // the tensor-core GEMM's x in 16-bit halves [2, T, K]
+  const CudaKernelPaths paths_;        // the optional kernel paths taken, as the cuda device's
 };
 
 }  // namespace
 
-std::unique_ptr<loom::Device> make_emulated_cuda_device() { return std::make_unique<EmulatedCudaDevice>(); }
+std::unique_ptr<loom::Device> make_emulated_cuda_device(const loom::CudaKernelPaths& paths) {
+  return std::make_unique<EmulatedCudaDevice>(paths);
+}
 
-loom::SelfTestResult run_emulated_cuda_check(uint64_t seed) {
-  EmulatedCudaDevice device;
-  loom::SelfTestResult r =
-      loom::run_self_test_families(&device, seed, {"matmul", "attention", "elementwise", "step_ops", "cache",
-                                                   "kv_dtypes", "lora", "lora_apply", "tree_walk", "sample"});
+loom::SelfTestResult run_emulated_cuda_check(uint64_t seed, const loom::CudaKernelPaths& paths,
+                                             const std::vector<std::string>& families) {
+  EmulatedCudaDevice device(paths);
+  const std::vector<std::string> covered = {"matmul", "attention", "elementwise", "step_ops", "cache",
+                                            "kv_dtypes", "lora", "lora_apply", "tree_walk", "sample"};
+  loom::SelfTestResult r = loom::run_self_test_families(&device, seed, families.empty() ? covered : families);
   r.report += device.coverage();
   return r;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda-device.h"
 #include "gpu-bench.h"
 
 namespace loom_bench {
@@ -91,6 +92,18 @@ bool cuda_read_bandwidth(int64_t bytes, int repeats, std::vector<double>* gbps, 
   if (buf) cudaFree(buf);
   if (sink) cudaFree(sink);
   return err == cudaSuccess && !gbps->empty();
+}
+
+bool cuda_kernel_paths(loom::Device* dev, loom::CudaKernelPaths* out) {
+  auto* cuda = dynamic_cast<loom::CudaDevice*>(dev);
+  if (cuda != nullptr) *out = cuda->kernel_paths();
+  return cuda != nullptr;
+}
+
+bool cuda_set_kernel_paths(loom::Device* dev, const loom::CudaKernelPaths& paths) {
+  auto* cuda = dynamic_cast<loom::CudaDevice*>(dev);
+  if (cuda != nullptr) cuda->set_kernel_paths(paths);
+  return cuda != nullptr;
 }
 
 }  // namespace loom_bench

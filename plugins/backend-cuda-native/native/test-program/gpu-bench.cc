@@ -58,6 +58,7 @@
 namespace loom_bench {
 namespace {
 
+using loom::CudaKernelPaths;
 using loom::Device;
 using loom::DType;
 using loom::ModelConfig;
@@ -474,6 +475,7 @@ class Bench {
   void decode();
   void prefill();
   void breakdown();
+  void kernel_paths();
   void targets();
   void print_table();
 
@@ -806,6 +808,63 @@ void Bench::prefill() {
   }
 }
 
+// Each optional kernel path of the cuda device (cuda/kernel-paths.h) against its fallback, in this
+// process on the loaded model: the rows it serves re-timed with that path alone off, each beside
+// the time with every path on (the rows above), as the ratio off / on (above 1: the path pays).
+// Nothing on other devices, and nothing where the cuda code is not compiled in.
+void Bench::kernel_paths() {
+#ifdef LOOM_WITH_CUDA
+  CudaKernelPaths all;
+  if (!cuda_ || !cuda_kernel_paths(dev_, &all)) return;
+  struct Case {
+    const char* path;
+    bool CudaKernelPaths::*flag;
+    int batch;  // 0: the long prefill
+    Adapters adapters;
+    bool mix;
+  };
+  const int bmax = s_.batches.back();
+  const Case cases[] = {
+      {"tc-attention", &CudaKernelPaths::tc_attention, 0, Adapters::kBase, false},
+      {"tc-attention", &CudaKernelPaths::tc_attention, 1, Adapters::kBase, false},
+      {"tc-attention", &CudaKernelPaths::tc_attention, bmax, Adapters::kBase, false},
+      {"tc-gemm", &CudaKernelPaths::tc_gemm, bmax, Adapters::kBase, false},
+      {"tc-gemm", &CudaKernelPaths::tc_gemm, 32, Adapters::kDistinct, true},
+  };
+  const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs;
+  for (const Case& c : cases) {
+    if (!(all.*c.flag)) continue;  // already off for the whole run (LOOM_CUDA_DISABLE)
+    const Timing* on = c.batch == 0 ? &prefill_long_ : nullptr;
+    for (const DecodeResult& d : decode_)
+      if (d.batch == c.batch && d.adapters == c.adapters && d.mix == c.mix) on = &d.t;
+    if (on == nullptr || !on->error.empty() || on->median <= 0) continue;
+    const std::string figure = (c.batch == 0 ? "prefill 1x" + std::to_string(s_.prefill_long)
+                                             : "decode B=" + std::to_string(c.batch) + " " + adapters_name(c.adapters) +
+                                                   (c.mix ? ", sampled mix" : ", greedy")) +
+                               " [" + c.path + " off]";
+    StepData d;
+    if (c.batch == 0)
+      build_step(s_, 1, s_.prefill_long, 0, (s_.prefill_long + bs - 1) / bs, Adapters::kBase, false, opt_.seed + 77, &d);
+    else
+      build_step(s_, c.batch, 1, s_.context, blocks_per_row, c.adapters, c.mix, opt_.seed + uint64_t(c.batch), &d);
+    CudaKernelPaths off = all;
+    off.*c.flag = false;
+    cuda_set_kernel_paths(dev_, off);
+    const Timing t = c.batch == 0 ? time_runs([&]() { return run_step(model_.get(), &d); }, 1, 5, 20.0, budget_)
+                                  : time_runs([&]() { return run_step(model_.get(), &d); }, 2, s_.steps, 10.0, budget_);
+    cuda_set_kernel_paths(dev_, all);
+    if (!t.error.empty()) {
+      failed_row(figure, t.error);
+      continue;
+    }
+    const double ratio = t.median / on->median;
+    progress(figure + ": " + fmt_time(t.median) + " median of " + std::to_string(t.n) + ", " + fmt("%.2f", ratio) +
+             "x the time with it on");
+    add({figure, fmt_time(t.median), "-", fmt("%.2f× the time with it on", ratio), "-", "-", std::to_string(t.n), "-"});
+  }
+#endif
+}
+
 // Where a step's time goes, by device op (op-timing-device.h), for batch-1 decode, the largest
 // batch with distinct adapters in the sampling mix, and the long prefill: each op waited for
 // alone, totals per step over a few steps after a warm-up one. Lines for after the table.
@@ -937,6 +996,7 @@ int Bench::run() {
     prefill();
     decode();
     breakdown();
+    kernel_paths();
   }
   model_.reset();  // returns its memory to the pool (kept reserved there): the probe still fits beside it
   measure_bandwidth("after");

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernel-paths.h"
+
 namespace loom {
 class Device;
 }
@@ -43,5 +45,9 @@ bool cuda_gpu_info(GpuInfo* out, std::string* error);
 // HBM read bandwidth: a vectorised read-only kernel over a `bytes` buffer (far past the L2),
 // timed with CUDA events; GB/s (1e9 bytes/s) of each of `repeats` passes after one warm-up.
 bool cuda_read_bandwidth(int64_t bytes, int repeats, std::vector<double>* gbps, std::string* error);
+// The cuda device's optional kernel paths (CudaDevice::kernel_paths / set_kernel_paths), for the
+// rows that time a path against its fallback; false when `dev` is not the cuda device.
+bool cuda_kernel_paths(loom::Device* dev, loom::CudaKernelPaths* out);
+bool cuda_set_kernel_paths(loom::Device* dev, const loom::CudaKernelPaths& paths);
 
 }  // namespace loom_bench

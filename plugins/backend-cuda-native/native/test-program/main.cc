@@ -11,13 +11,18 @@
 // scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
 // With --bench, the GPU benchmark instead (gpu-bench.h, issue 15): decode, prefill and LoRA-op
 // speed of a random Llama-3-8B-shaped model on one device beside their rooflines, one table.
+// --families limits the self-test to the named families (kernel-self-test.cc's kFamilies).
+// LOOM_CUDA_DISABLE (cuda/kernel-paths.h) turns optional kernel paths off on the cuda device and,
+// here, on the emulated one too, so their fallbacks are checked the same way.
 //
 //   loom-native-test [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]
+//                    [--families NAME,...]
 //   loom-native-test --models small|real [--device cpu|cuda] [--baseline cpu|reference]
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
 //   loom-native-test --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N]
 //                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--bench-layers N]
 //                    [--seed N] [--threads N] [--require cuda]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +52,22 @@ struct Args {
   bool steps_set = false;
   bool bench = false;  // --bench: the GPU benchmark
   loom_bench::BenchOptions bench_opt;
+  // The emulated device's optional kernel paths: LOOM_CUDA_DISABLE, as the cuda device reads it.
+  loom::CudaKernelPaths kernel_paths;
+  std::vector<std::string> families;  // --families: only these self-test families ("": all)
 };
+
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    if (end > at) out.push_back(s.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
 
 bool parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; i++) {
@@ -72,6 +92,8 @@ bool parse(int argc, char** argv, Args* a) {
       a->baseline = v;
     else if (k == "--model")
       a->model = v;
+    else if (k == "--families")
+      a->families = split_list(v);
     else if (k == "--steps")
       a->steps = std::atoi(v), a->steps_set = true;
     else if (k == "--bench-shape")
@@ -126,7 +148,7 @@ bool contains(const std::vector<std::string>& v, const std::string& x) {
 loom::Device* model_check_device(const Args& args, const std::string& name, std::unique_ptr<loom::Device>* owned) {
   if (name == "reference") return loom::reference_device();
   if (name == "emulated-cuda") {
-    *owned = loom_emulated::make_emulated_cuda_device();
+    *owned = loom_emulated::make_emulated_cuda_device(args.kernel_paths);
     return owned->get();
   }
   if (name == "cuda") {
@@ -209,12 +231,18 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &args)) {
     std::fprintf(stderr,
                  "usage: %s [--seed N]... [--threads N] [--device cpu|cuda|emulated-cuda]... [--require cuda]\n"
+                 "          [--families NAME,...]\n"
                  "       %s --models small|real [--device cpu|cuda] [--baseline cpu|reference] [--steps N]\n"
                  "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
                  "       %s --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
                  "          [--bench-dir DIR] [--peak-tflops X] [--bench-layers N] [--seed N] [--threads N]\n"
                  "          [--require cuda]\n",
                  argv[0], argv[0], argv[0]);
+    return 2;
+  }
+  std::string bad_paths;
+  if (!loom::cuda_kernel_paths_from_env(&args.kernel_paths, &bad_paths)) {
+    std::fprintf(stderr, "%s\n", bad_paths.c_str());
     return 2;
   }
   std::printf("loom-native-test: devices compiled in: %s; cpu kernels: %s\n", loom::compiled_devices(),
@@ -229,7 +257,7 @@ int main(int argc, char** argv) {
     if (name == "emulated-cuda") {
       for (uint64_t seed : args.seeds) {
         const auto t0 = std::chrono::steady_clock::now();
-        loom::SelfTestResult r = loom_emulated::run_emulated_cuda_check(seed);
+        loom::SelfTestResult r = loom_emulated::run_emulated_cuda_check(seed, args.kernel_paths, args.families);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("%-6s %6llu %7d %9d %8.3f %8.1f  %s\n", "emulated-cuda", static_cast<unsigned long long>(seed),
                     r.cases, r.failures, r.worst_ratio, secs, r.worst_case.c_str());
@@ -256,7 +284,8 @@ int main(int argc, char** argv) {
     }
     for (uint64_t seed : args.seeds) {
       const auto t0 = std::chrono::steady_clock::now();
-      loom::SelfTestResult r = loom::run_kernel_self_test(device.get(), seed);
+      loom::SelfTestResult r = args.families.empty() ? loom::run_kernel_self_test(device.get(), seed)
+                                                     : loom::run_self_test_families(device.get(), seed, args.families);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       // A device fault (bad launch, illegal address) fails the run: run_kernel_self_test
       // collects what Device::synchronize reports.

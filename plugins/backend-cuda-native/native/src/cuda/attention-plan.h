@@ -67,10 +67,11 @@ struct AttnTiling {
   bool tensor_cores;
 };
 // The kernel of a call: the tensor-core one for its shapes when the caches are 16-byte aligned
-// (its cp.async reads; device allocations always are), else the SIMT one.
-inline AttnTiling attention_tiling(const AttnShape& s, const void* kc, const void* vc) {
+// (its cp.async reads; device allocations always are) and `tensor_cores` allows it
+// (CudaKernelPaths::tc_attention), else the SIMT one.
+inline AttnTiling attention_tiling(const AttnShape& s, const void* kc, const void* vc, bool tensor_cores) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(kc) | reinterpret_cast<uintptr_t>(vc)) & 15) == 0;
-  if (aligned && tc_attention_shape(s)) return {kTcQueries, kTcKeys, kTcKeys, true};
+  if (tensor_cores && aligned && tc_attention_shape(s)) return {kTcQueries, kTcKeys, kTcKeys, true};
   return {kQueries, 2 * kKeys, kKeys, false};
 }
 // Blocks (items × KV heads) per SM the split aims for before it stops splitting: several blocks

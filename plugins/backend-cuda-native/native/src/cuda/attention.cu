@@ -68,7 +68,7 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
     check(cudaErrorInvalidValue, "attention (head_dim above 256 or heads not a multiple of kv heads)");
     return;
   }
-  const AttnTiling tiling = attention_tiling(shape, kc, vc);
+  const AttnTiling tiling = attention_tiling(shape, kc, vc, paths_.tc_attention);
   const int64_t records = plan_attention(rows, nrows, shape, tiling, sm_count_, &attn_items_, &attn_groups_);
   if (attn_items_.empty()) return;
   float* partials = nullptr;

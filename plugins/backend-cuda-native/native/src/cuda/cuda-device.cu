@@ -88,6 +88,9 @@ Status cuda_probe() {
 }
 
 Status create_cuda_device(std::unique_ptr<Device>* out) {
+  CudaKernelPaths paths;
+  std::string bad_paths;
+  if (!cuda_kernel_paths_from_env(&paths, &bad_paths)) return unavailable(bad_paths);
   cudaDeviceProp prop;
   cudaStream_t stream = nullptr;
   cudaError_t err = cudaSetDevice(0);
@@ -95,15 +98,15 @@ Status create_cuda_device(std::unique_ptr<Device>* out) {
   if (err == cudaSuccess) err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   if (err != cudaSuccess)
     return unavailable(std::string("cannot create a CUDA stream on GPU 0 (") + cudaGetErrorName(err) + ")");
-  auto dev = std::make_unique<CudaDevice>(0, stream, prop);
+  auto dev = std::make_unique<CudaDevice>(0, stream, prop, paths);
   Status st = dev->take_status();
   if (!st.ok()) return st;
   *out = std::move(dev);
   return Status::Ok();
 }
 
-CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop)
-    : ordinal_(ordinal), stream_(stream), sm_count_(prop.multiProcessorCount), gpu_name_(prop.name) {
+CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop, const CudaKernelPaths& paths)
+    : ordinal_(ordinal), stream_(stream), sm_count_(prop.multiProcessorCount), gpu_name_(prop.name), paths_(paths) {
   // Freed memory stays in the stream-ordered pool instead of going back to the driver at every
   // synchronize: steps allocate and free their scratch at the same sizes again and again.
   cudaMemPool_t pool;
@@ -117,7 +120,7 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
 
 CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(stream_);
-  for (GrowingBuffer* b : {&attn_partials_, &lora_partials_, &split_partials_, &prefill_x_})
+  for (GrowingBuffer* b : {&attn_partials_, &lora_partials_, &split_partials_, &prefill_x_, &tc_x_})
     if (b->data) cudaFree(b->data);
   for (auto& r : staged_) cudaEventDestroy(r.done);
   for (auto e : free_events_) cudaEventDestroy(e);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/attention-plan.h"
+#include "cuda/kernel-paths.h"
 #include "cuda/lora-plan.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
@@ -21,7 +22,7 @@ namespace loom {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop);
+  CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop, const CudaKernelPaths& paths);
   ~CudaDevice() override;
   const char* name() const override { return "cuda"; }
 
@@ -74,6 +75,10 @@ class CudaDevice final : public Device {
   Status take_status();
   cudaStream_t stream() const { return stream_; }
   int sm_count() const { return sm_count_; }
+  // The optional kernel paths it takes (LOOM_CUDA_DISABLE at creation); the benchmark switches
+  // them between timed rows, on the stepping thread, between steps.
+  const CudaKernelPaths& kernel_paths() const { return paths_; }
+  void set_kernel_paths(const CudaKernelPaths& paths) { paths_ = paths; }
 
   // Host-side call descriptions (segments, jobs, rows) copied to the device for one launch:
   // returns the device address of `bytes` bytes that hold `src` by the time the next kernel on
@@ -106,6 +111,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_;
   int sm_count_ = 0;
   std::string gpu_name_;
+  CudaKernelPaths paths_;
   // The first failure since the last synchronize. Guarded: an adapter-loading thread may
   // synchronize (and so take it) while the stepping thread records one.
   std::mutex status_mu_;

@@ -1,0 +1,57 @@
+// Which of the cuda device's optional kernel paths it may take. Every path is on by default; the
+// environment variable LOOM_CUDA_DISABLE (a comma-separated list of the names below) turns named
+// ones off. Two uses: an escape hatch should a newer kernel misbehave on some GPU or driver (the
+// fallback is the kernel that path replaced, which takes every shape), and A/B timing of a path
+// against its fallback in one process (gpu-bench.cc re-times rows with each path off).
+//
+// Header-only and free of CUDA types: the test program's SIMT emulator honours the same switches.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+namespace loom {
+
+struct CudaKernelPaths {
+  // attention-tc-kernels.cuh for 16-bit caches at head dims 64/128; off: the SIMT flash kernel.
+  bool tc_attention = true;
+  // gemm_tc_kernel for decode batches of 16-64 (matmul-kernels.cuh); off: the SIMT tiles.
+  bool tc_gemm = true;
+};
+
+// The names LOOM_CUDA_DISABLE accepts, for messages.
+inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm"; }
+
+// Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
+// surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
+inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* out, std::string* error) {
+  CudaKernelPaths paths;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    std::string item = list.substr(at, end - at);
+    const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+    item = first == std::string::npos ? "" : item.substr(first, last - first + 1);
+    if (item == "tc-attention") {
+      paths.tc_attention = false;
+    } else if (item == "tc-gemm") {
+      paths.tc_gemm = false;
+    } else if (!item.empty()) {
+      *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
+               cuda_kernel_path_names() + ")";
+      return false;
+    }
+    at = end + 1;
+  }
+  *out = paths;
+  return true;
+}
+
+// The paths LOOM_CUDA_DISABLE leaves on (all when it is unset).
+inline bool cuda_kernel_paths_from_env(CudaKernelPaths* out, std::string* error) {
+  const char* env = std::getenv("LOOM_CUDA_DISABLE");
+  return parse_cuda_kernel_paths(env ? env : "", out, error);
+}
+
+}  // namespace loom
