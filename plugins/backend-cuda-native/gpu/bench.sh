@@ -14,6 +14,8 @@
 #   - prefill tokens/s and TFLOP/s for one 2048-token prompt and for 8 prompts of 512;
 #   - each optional kernel path (cuda/kernel-paths.h) against its fallback: the rows it serves
 #     re-timed with it alone off, as a ratio to the time with it on;
+# then where three steps' time goes by device op, twice: each op waited for alone, and each op in
+# the running step by CUDA events in the stream (no waits; an op's launch gaps are its own);
 # each beside its roofline (bytes / measured bandwidth; FLOPs / the GPU's dense bf16 peak) and
 # issue 15's targets marked PASS/FAIL. Under 8 minutes on an H100 in total: the measurements get
 # what the build leaves of LOOM_BENCH_TOTAL (rows past it are skipped and say so).

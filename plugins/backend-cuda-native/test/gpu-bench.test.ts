@@ -21,7 +21,7 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
   t.equal(result.status, 0, 'exits 0')
   t.match(result.output, /^DONE in /m)
 
-  const [table = '', breakdown = ''] = result.output.split("where a step's time goes")
+  const [table = '', ...breakdowns] = result.output.split("where a step's time goes")
   const rows = new Map<string, string[]>()
   for (const line of table.split('\n')) {
     if (!line.startsWith('| ') || line.startsWith('| figure ')) continue
@@ -65,24 +65,32 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
   t.equal(targets.length, 3, 'three ratio targets')
   for (const k of targets) t.match(rows.get(k)?.[6], /^(PASS|FAIL)$/, k)
 
-  // After the table: each op's time per step for three steps, shares adding up to the ops' sum.
-  for (const step of ['decode B=1 base, greedy', 'decode B=4 distinct adapters, sampled mix', 'prefill 1x64']) {
-    const ops = breakdown
-      .split('\n')
-      .filter((line) => line.startsWith(`| ${step} | `))
-      .map((line) => line.slice(2, -2).split(' | '))
-    const names = ops.map(([, op]) => op ?? '')
-    t.ok(
-      names.some((n) => /^matmul \d+(\+\d+)*x\d+$/.test(n)) && names.includes('attention'),
-      `${step}: matmul by shape and attention timed (${names.join(', ')})`,
-    )
-    if (step.includes('distinct')) t.ok(names.includes('lora_apply'), `${step}: the adapters' op timed`)
-    const shares = ops.map(([, , , , share]) => Number(/^([\d.]+)%$/.exec(share ?? '')?.[1]))
-    const sum = shares.reduce((a, b) => a + b, 0)
-    t.ok(Math.abs(sum - 100) < 1, `${step}: shares sum to 100% (${sum.toFixed(1)})`)
-    t.ok(
-      ops.every(([, , , time]) => seconds(time ?? '') > 0),
-      `${step}: every op has a time`,
-    )
-  }
+  // After the table, twice (each op waited for alone; then ops back to back in the running step, by
+  // the host's clock on this device): each op's time per step for three steps, shares adding up to
+  // the ops' sum.
+  t.equal(breakdowns.length, 2, 'two breakdowns')
+  t.match(breakdowns[0], /^, by device op \(each op waited for alone/, 'the first waits for each op')
+  t.match(breakdowns[1], /^, by device op \(in the running step, no waits: the host's clock/, 'the second does not')
+  const steps = ['decode B=1 base, greedy', 'decode B=4 distinct adapters, sampled mix', 'prefill 1x64']
+  for (const [which, breakdown = ''] of breakdowns.entries())
+    for (const step of steps) {
+      const label = `${which === 0 ? 'waited' : 'running'} ${step}`
+      const ops = breakdown
+        .split('\n')
+        .filter((line) => line.startsWith(`| ${step} | `))
+        .map((line) => line.slice(2, -2).split(' | '))
+      const names = ops.map(([, op]) => op ?? '')
+      t.ok(
+        names.some((n) => /^matmul \d+(\+\d+)*x\d+$/.test(n)) && names.includes('attention'),
+        `${label}: matmul by shape and attention timed (${names.join(', ')})`,
+      )
+      if (step.includes('distinct')) t.ok(names.includes('lora_apply'), `${label}: the adapters' op timed`)
+      const shares = ops.map(([, , , , share]) => Number(/^([\d.]+)%$/.exec(share ?? '')?.[1]))
+      const sum = shares.reduce((a, b) => a + b, 0)
+      t.ok(Math.abs(sum - 100) < 1, `${label}: shares sum to 100% (${sum.toFixed(1)})`)
+      t.ok(
+        ops.every(([, , , time]) => seconds(time ?? '') > 0),
+        `${label}: every op has a time`,
+      )
+    }
 })

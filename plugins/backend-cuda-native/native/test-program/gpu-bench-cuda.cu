@@ -12,6 +12,7 @@
 
 #include "cuda/cuda-device.h"
 #include "gpu-bench.h"
+#include "op-timing-device.h"
 
 namespace loom_bench {
 namespace {
@@ -39,6 +40,47 @@ __global__ void read_kernel(const uint4* __restrict__ p, int64_t n, unsigned* ou
 std::string cuda_error(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
 }
+
+// Marks as CUDA events recorded on the device's stream; the events are kept and reused from step
+// to step (a step of an 8B model holds ~400 ops).
+class CudaQueueMarks final : public loom_test::QueueMarks {
+ public:
+  explicit CudaQueueMarks(cudaStream_t stream) : stream_(stream) {}
+  ~CudaQueueMarks() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void mark() override {
+    if (err_ != cudaSuccess) return;
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      err_ = cudaEventCreate(&e);
+      if (err_ != cudaSuccess) return;
+      events_.push_back(e);
+    }
+    err_ = cudaEventRecord(events_[used_], stream_);
+    if (err_ == cudaSuccess) used_++;
+  }
+  bool take(std::vector<double>* seconds, std::string* error) override {
+    seconds->clear();
+    if (err_ == cudaSuccess && used_ > 0) err_ = cudaEventSynchronize(events_[used_ - 1]);
+    for (size_t i = 1; err_ == cudaSuccess && i < used_; i++) {
+      float ms = 0;
+      err_ = cudaEventElapsedTime(&ms, events_[i - 1], events_[i]);
+      seconds->push_back(double(ms) * 1e-3);
+    }
+    used_ = 0;
+    const cudaError_t err = err_;
+    err_ = cudaSuccess;
+    if (err != cudaSuccess) *error = cuda_error("queue marks", err);
+    return err == cudaSuccess;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+  cudaError_t err_ = cudaSuccess;
+};
 
 }  // namespace
 
@@ -104,6 +146,12 @@ bool cuda_set_kernel_paths(loom::Device* dev, const loom::CudaKernelPaths& paths
   auto* cuda = dynamic_cast<loom::CudaDevice*>(dev);
   if (cuda != nullptr) cuda->set_kernel_paths(paths);
   return cuda != nullptr;
+}
+
+std::unique_ptr<loom_test::QueueMarks> cuda_queue_marks(loom::Device* dev) {
+  auto* cuda = dynamic_cast<loom::CudaDevice*>(dev);
+  if (cuda == nullptr) return nullptr;
+  return std::make_unique<CudaQueueMarks>(cuda->stream());
 }
 
 }  // namespace loom_bench

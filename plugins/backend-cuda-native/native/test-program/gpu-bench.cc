@@ -475,6 +475,8 @@ class Bench {
   void decode();
   void prefill();
   void breakdown();
+  // One breakdown table: ops waited for alone (`marks` null) or timed by marks in the queue.
+  std::string breakdown_table(const std::string& how, loom_test::QueueMarks* marks);
   void kernel_paths();
   void targets();
   void print_table();
@@ -866,9 +868,30 @@ void Bench::kernel_paths() {
 }
 
 // Where a step's time goes, by device op (op-timing-device.h), for batch-1 decode, the largest
-// batch with distinct adapters in the sampling mix, and the long prefill: each op waited for
-// alone, totals per step over a few steps after a warm-up one. Lines for after the table.
+// batch with distinct adapters in the sampling mix, and the long prefill: totals per step over a
+// few steps after a warm-up one. First each op waited for alone; then each op timed in the running
+// step with no waits (an op's time runs to the next op's start, its launch gaps included): by
+// CUDA events in the stream on the cuda device, by the host's clock on the cpu device, whose ops
+// are done when their call returns. Lines for after the table.
 void Bench::breakdown() {
+  const double overhead = timed_.sync_overhead();
+  breakdown_ = breakdown_table("each op waited for alone, so every call also holds one wait's round trip, " +
+                                   fmt_time(overhead) + " idle; nothing overlaps",
+                               nullptr);
+  std::unique_ptr<loom_test::QueueMarks> marks;
+  std::string how;
+#ifdef LOOM_WITH_CUDA
+  if (cuda_) marks = cuda_queue_marks(dev_), how = "CUDA events in the stream before each op and at the step's end";
+#endif
+  if (std::string(dev_->name()) == "cpu")
+    marks = std::make_unique<loom_test::HostClockMarks>(), how = "the host's clock before each op and at the step's end";
+  if (marks)
+    breakdown_ += "\n" + breakdown_table("in the running step, no waits: " + how +
+                                              "; an op's time runs to the next op's start",
+                                          marks.get());
+}
+
+std::string Bench::breakdown_table(const std::string& how, loom_test::QueueMarks* marks) {
   const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs, bmax = s_.batches.back();
   struct Case {
     std::string name;
@@ -883,9 +906,8 @@ void Bench::breakdown() {
       {"prefill 1x" + std::to_string(s_.prefill_long), 1, s_.prefill_long, 0, (s_.prefill_long + bs - 1) / bs, 1,
        Adapters::kBase, false},
   };
-  const double overhead = timed_.sync_overhead();
-  std::string out = "where a step's time goes, by device op (each op waited for alone, so every call also holds one "
-                    "wait's round trip, " + fmt_time(overhead) + " idle; nothing overlaps):\n";
+  const char* tag = marks ? "in-stream breakdown " : "breakdown ";
+  std::string out = "where a step's time goes, by device op (" + how + "):\n";
   out += "| step | op | calls per step | time per step | share of the ops' sum |\n|---|---|---:|---:|---:|\n";
   for (const Case& c : cases) {
     if (budget_.over()) {
@@ -895,24 +917,28 @@ void Bench::breakdown() {
     StepData d;
     build_step(s_, c.rows, c.n, c.cache_len, c.blocks_per_row, c.adapters, c.mix, opt_.seed + 99, &d);
     Status st = run_step(model_.get(), &d);  // warm-up, untimed
-    timed_.start();
-    for (int i = 0; i < c.steps && st.ok(); i++) st = run_step(model_.get(), &d);
+    timed_.start(marks);
+    std::string error;
+    for (int i = 0; i < c.steps && st.ok() && error.empty(); i++) {
+      st = run_step(model_.get(), &d);
+      if (st.ok()) timed_.end_step(&error);
+    }
     timed_.stop();
-    if (!st.ok()) {
-      failed_row("breakdown " + c.name, st.code + ": " + st.message);
+    if (!st.ok() || !error.empty()) {
+      failed_row(tag + c.name, st.ok() ? error : st.code + ": " + st.message);
       continue;
     }
     std::vector<std::pair<std::string, OpTimingDevice::OpTotal>> ops(timed_.totals().begin(), timed_.totals().end());
     std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
     double sum = 0;
     for (const auto& op : ops) sum += op.second.seconds;
-    progress("breakdown " + c.name + ": " + fmt_time(sum / c.steps) + " of ops per step, " +
+    progress(tag + c.name + ": " + fmt_time(sum / c.steps) + " of ops per step, " +
              (ops.empty() ? std::string("none") : ops[0].first + " the largest"));
     for (const auto& op : ops)
       out += "| " + c.name + " | " + op.first + " | " + fmt("%.1f", double(op.second.calls) / c.steps) + " | " +
              fmt_time(op.second.seconds / c.steps) + " | " + fmt("%.1f%%", 100 * op.second.seconds / sum) + " |\n";
   }
-  breakdown_ = out;
+  return out;
 }
 
 // The ratio targets, from the rows above (batch 32 and 64 stand for the middle and largest

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,9 @@
 
 namespace loom {
 class Device;
+}
+namespace loom_test {
+class QueueMarks;
 }
 
 namespace loom_bench {
@@ -49,5 +53,8 @@ bool cuda_read_bandwidth(int64_t bytes, int repeats, std::vector<double>* gbps, 
 // rows that time a path against its fallback; false when `dev` is not the cuda device.
 bool cuda_kernel_paths(loom::Device* dev, loom::CudaKernelPaths* out);
 bool cuda_set_kernel_paths(loom::Device* dev, const loom::CudaKernelPaths& paths);
+// Marks in the cuda device's stream (CUDA events) for the in-stream breakdown; null when `dev` is
+// not the cuda device.
+std::unique_ptr<loom_test::QueueMarks> cuda_queue_marks(loom::Device* dev);
 
 }  // namespace loom_bench

@@ -11,9 +11,38 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
 
-void OpTimingDevice::start() {
+bool HostClockMarks::take(std::vector<double>* seconds, std::string*) {
+  seconds->clear();
+  for (size_t i = 1; i < marks_.size(); i++)
+    seconds->push_back(std::chrono::duration<double>(marks_[i] - marks_[i - 1]).count());
+  marks_.clear();
+  return true;
+}
+
+void OpTimingDevice::start(QueueMarks* marks) {
   totals_.clear();
+  marks_ = marks;
+  marked_.clear();
   on_ = true;
+}
+
+bool OpTimingDevice::end_step(std::string* error) {
+  if (marks_ == nullptr) return true;
+  marks_->mark();
+  std::vector<double> seconds;
+  const bool ok = marks_->take(&seconds, error);
+  if (ok && seconds.size() != marked_.size()) {
+    *error = std::to_string(seconds.size()) + " intervals for " + std::to_string(marked_.size()) + " ops";
+    marked_.clear();
+    return false;
+  }
+  for (size_t i = 0; ok && i < seconds.size(); i++) {
+    OpTotal& total = totals_[marked_[i]];
+    total.seconds += seconds[i];
+    total.calls++;
+  }
+  marked_.clear();
+  return ok;
 }
 
 void OpTimingDevice::wait() {
@@ -43,6 +72,11 @@ double OpTimingDevice::sync_overhead() {
 template <typename Op>
 void OpTimingDevice::timed(const char* name, Op&& op) {
   if (!on_) return op();
+  if (marks_ != nullptr) {
+    marks_->mark();
+    marked_.push_back(name);
+    return op();
+  }
   wait();  // what was queued before is not this op's
   const auto t0 = Clock::now();
   op();
@@ -71,7 +105,8 @@ void OpTimingDevice::matmul(const float* x, int64_t T, int64_t ldx, const Matmul
   std::string name = "matmul ";
   for (int i = 0; i < njobs; i++) name += (i ? "+" : "") + std::to_string(jobs[i].w.rows);
   if (njobs > 0) name += "x" + std::to_string(jobs[0].w.cols);
-  timed(name.c_str(), [&] { inner_->matmul(x, T, ldx, jobs, njobs, accumulate); });
+  // Marks keep the name until the step ends: one string per shape, for the whole run.
+  timed(names_.insert(name).first->c_str(), [&] { inner_->matmul(x, T, ldx, jobs, njobs, accumulate); });
 }
 void OpTimingDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                              int64_t ldy) {

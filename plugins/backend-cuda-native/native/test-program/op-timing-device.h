@@ -6,15 +6,46 @@
 // The waits change what is timed: an op's time includes its launch and one synchronize round trip
 // (`sync_overhead` measures an idle one), and nothing overlaps. So the breakdown says which ops a
 // step spends its time in, not what the step costs: the step's own row does that.
+//
+// With QueueMarks (a device whose ops queue, the cuda device's stream) it waits for nothing: a mark
+// goes into the queue before each op and at the step's end, and an op's time is the device's own
+// from its mark to the next one. That is what the op costs inside a running step, the gap before
+// the next op's work included (its launch latency, host work between launches), and the ops' sum
+// is the step's time on the device.
 #pragma once
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "forwarding-device.h"
 
 namespace loom_test {
+
+// Marks in a device's queue, timed by the device (CUDA events on the cuda device's stream:
+// gpu-bench-cuda.cu).
+class QueueMarks {
+ public:
+  virtual ~QueueMarks() = default;
+  // Queues a mark after everything queued so far.
+  virtual void mark() = 0;
+  // Waits for the last mark, then gives the seconds between each mark and the next (one fewer
+  // than the marks) and forgets them; false with `error` set when a mark failed.
+  virtual bool take(std::vector<double>* seconds, std::string* error) = 0;
+};
+
+// Marks by the host's clock, for a device whose ops are done when their call returns (the cpu
+// device): the same bookkeeping as a queue's marks, with no wait to leave out.
+class HostClockMarks final : public QueueMarks {
+ public:
+  void mark() override { marks_.push_back(std::chrono::steady_clock::now()); }
+  bool take(std::vector<double>* seconds, std::string* error) override;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
 
 class OpTimingDevice final : public ForwardingDevice {
  public:
@@ -24,9 +55,13 @@ class OpTimingDevice final : public ForwardingDevice {
     double seconds = 0;
     int64_t calls = 0;
   };
-  // Start timing with empty totals; stop.
-  void start();
+  // Start timing with empty totals, by waits, or with `marks` by marks in the queue (see above);
+  // stop.
+  void start(QueueMarks* marks = nullptr);
   void stop() { on_ = false; }
+  // After each timed step with marks: its ops' times into the totals (true without marks); false
+  // with `error` set when the marks could not be read.
+  bool end_step(std::string* error);
   // Each op's totals since start(), by name.
   const std::map<std::string, OpTotal>& totals() const { return totals_; }
   // The wall time of an idle synchronize() (median of 20): the round trip each timed op includes.
@@ -79,6 +114,9 @@ class OpTimingDevice final : public ForwardingDevice {
   void wait();
 
   bool on_ = false;
+  QueueMarks* marks_ = nullptr;
+  std::vector<const char*> marked_;  // the op after each mark of the step so far (names outlive it)
+  std::set<std::string> names_;      // matmul's names by shape, kept for marked_ (nodes do not move)
   Status pending_ = Status::Ok();
   std::map<std::string, OpTotal> totals_;
 };
