@@ -44,7 +44,8 @@ t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still
     ['--device', 'emulated-cuda', '--seed', '2', '--families', 'attention,matmul'],
     env,
   )
-  t.equal(result.status, 0, `every case passes\n${result.output}`)
+  if (result.status !== 0) t.comment(result.output.trimEnd())
+  t.equal(result.status, 0, 'every case passes')
   t.match(result.output, /^attention: .* worst /m, 'attention was checked')
   t.match(result.output, /^matmul: .* worst /m, 'matmul was checked')
   t.notMatch(result.output, /^(rmsnorm|sample|lora_apply): /m, 'and only the families asked for')
