@@ -225,7 +225,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       prefill_x_.resize(size_t(cols * T));
       launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
-    const TcX tcx = paths_.tc_gemm ? tc_x_cols(jobs, njobs, T, sms, cols > 0) : TcX{0, DType::BF16};
+    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0, paths_.tc_gemm);
     if (tcx.cols > 0) {  // and split once for its tensor-core jobs
       tc_x_.resize(size_t(2 * tcx.cols * T));
       launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, tc_x_.data(), tcx.cols, launch);

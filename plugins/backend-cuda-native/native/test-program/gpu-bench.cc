@@ -396,6 +396,13 @@ struct StepData {
 enum class Adapters { kBase, kOne, kDistinct };
 const char* adapters_name(Adapters a) { return a == Adapters::kBase ? "base" : a == Adapters::kOne ? "one adapter" : "distinct adapters"; }
 
+// A decode row's and a prefill row's names, as the table, the kernel-path rows and the breakdown
+// print them.
+std::string decode_figure(int batch, Adapters a, bool mix) {
+  return "decode B=" + std::to_string(batch) + " " + adapters_name(a) + (mix ? ", sampled mix" : ", greedy");
+}
+std::string prefill_figure(int rows, int n) { return "prefill " + std::to_string(rows) + "x" + std::to_string(n); }
+
 // `rows` rows of `n` new tokens after `cache_len` cached ones; row r's blocks start at block
 // r * blocks_per_row. Every row samples its last position: greedy, or (mix) even rows at
 // temperature 0.8 + top-p 0.95 with their own seeded stream.
@@ -474,6 +481,11 @@ class Bench {
   Status load_model();
   void decode();
   void prefill();
+  // One decode or prefill row's steps, timed as the table times them (warm-up, count, budget).
+  Timing time_decode(StepData* d) {
+    return time_runs([&]() { return run_step(model_.get(), d); }, 2, s_.steps, 10.0, budget_);
+  }
+  Timing time_prefill(StepData* d) { return time_runs([&]() { return run_step(model_.get(), d); }, 1, 5, 20.0, budget_); }
   void breakdown();
   // One breakdown table: ops waited for alone (`marks` null) or timed by marks in the queue.
   std::string breakdown_table(const std::string& how, loom_test::QueueMarks* marks);
@@ -753,11 +765,10 @@ void Bench::decode() {
   const Variant variants[] = {{Adapters::kBase, false}, {Adapters::kBase, true}, {Adapters::kOne, true}, {Adapters::kDistinct, true}};
   for (const int batch : s_.batches) {
     for (const Variant& v : variants) {
-      const std::string figure = "decode B=" + std::to_string(batch) + " " + adapters_name(v.adapters) +
-                                 (v.mix ? ", sampled mix" : ", greedy");
+      const std::string figure = decode_figure(batch, v.adapters, v.mix);
       StepData d;
       build_step(s_, batch, 1, s_.context, blocks_per_row, v.adapters, v.mix, opt_.seed + uint64_t(batch), &d);
-      Timing t = time_runs([&]() { return run_step(model_.get(), &d); }, 2, s_.steps, 10.0, budget_);
+      Timing t = time_decode(&d);
       const int distinct = v.adapters == Adapters::kBase ? 0 : v.adapters == Adapters::kOne ? 1 : batch;
       const DecodeBytes bytes = decode_bytes(s_, batch, distinct, weight_size, kv_size);
       const double roofline = bw_best_ > 0 ? bytes.total() / bw_best_ : 0;
@@ -784,10 +795,10 @@ void Bench::prefill() {
     int rows, n;
   };
   for (const Case c : {Case{1, s_.prefill_long}, Case{s_.prefill_rows, s_.prefill_short}}) {
-    const std::string figure = "prefill " + std::to_string(c.rows) + "x" + std::to_string(c.n);
+    const std::string figure = prefill_figure(c.rows, c.n);
     StepData d;
     build_step(s_, c.rows, c.n, 0, (c.n + bs - 1) / bs, Adapters::kBase, false, opt_.seed + 77, &d);
-    Timing t = time_runs([&]() { return run_step(model_.get(), &d); }, 1, 5, 20.0, budget_);
+    Timing t = time_prefill(&d);
     if (c.rows == 1) prefill_long_ = t;
     if (!t.error.empty()) {
       failed_row(figure, t.error);
@@ -840,9 +851,8 @@ void Bench::kernel_paths() {
     for (const DecodeResult& d : decode_)
       if (d.batch == c.batch && d.adapters == c.adapters && d.mix == c.mix) on = &d.t;
     if (on == nullptr || !on->error.empty() || on->median <= 0) continue;
-    const std::string figure = (c.batch == 0 ? "prefill 1x" + std::to_string(s_.prefill_long)
-                                             : "decode B=" + std::to_string(c.batch) + " " + adapters_name(c.adapters) +
-                                                   (c.mix ? ", sampled mix" : ", greedy")) +
+    const std::string figure = (c.batch == 0 ? prefill_figure(1, s_.prefill_long)
+                                             : decode_figure(c.batch, c.adapters, c.mix)) +
                                " [" + c.path + " off]";
     StepData d;
     if (c.batch == 0)
@@ -852,8 +862,7 @@ void Bench::kernel_paths() {
     CudaKernelPaths off = all;
     off.*c.flag = false;
     cuda_set_kernel_paths(dev_, off);
-    const Timing t = c.batch == 0 ? time_runs([&]() { return run_step(model_.get(), &d); }, 1, 5, 20.0, budget_)
-                                  : time_runs([&]() { return run_step(model_.get(), &d); }, 2, s_.steps, 10.0, budget_);
+    const Timing t = c.batch == 0 ? time_prefill(&d) : time_decode(&d);
     cuda_set_kernel_paths(dev_, all);
     if (!t.error.empty()) {
       failed_row(figure, t.error);
@@ -900,10 +909,9 @@ std::string Bench::breakdown_table(const std::string& how, loom_test::QueueMarks
     bool mix;
   };
   const Case cases[] = {
-      {"decode B=1 base, greedy", 1, 1, s_.context, blocks_per_row, 3, Adapters::kBase, false},
-      {"decode B=" + std::to_string(bmax) + " distinct adapters, sampled mix", bmax, 1, s_.context, blocks_per_row, 3,
-       Adapters::kDistinct, true},
-      {"prefill 1x" + std::to_string(s_.prefill_long), 1, s_.prefill_long, 0, (s_.prefill_long + bs - 1) / bs, 1,
+      {decode_figure(1, Adapters::kBase, false), 1, 1, s_.context, blocks_per_row, 3, Adapters::kBase, false},
+      {decode_figure(bmax, Adapters::kDistinct, true), bmax, 1, s_.context, blocks_per_row, 3, Adapters::kDistinct, true},
+      {prefill_figure(1, s_.prefill_long), 1, s_.prefill_long, 0, (s_.prefill_long + bs - 1) / bs, 1,
        Adapters::kBase, false},
   };
   const char* tag = marks ? "in-stream breakdown " : "breakdown ";

@@ -440,14 +440,15 @@ inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) 
 // first one's dtype; 0 columns: none takes that path): the caller splits x [T, that] into 16-bit
 // halves once for all of them (launch_split_x). Prefill jobs count only without `prefill_x` (the
 // prefill GEMM's bf16 x, launch_round_x), when they fall back to the tensor-core GEMM: a prompt's
-// call must not also write a split x nobody reads.
+// call must not also write a split x nobody reads. None without `tensor_cores`
+// (CudaKernelPaths::tc_gemm): the jobs then take the SIMT tiles.
 struct TcX {
   int64_t cols;
   DType dtype;
 };
-inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool prefill_x) {
+inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool prefill_x, bool tensor_cores) {
   TcX r{0, DType::BF16};
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; tensor_cores && i < n; i++) {
     const MatmulPath p = matmul_path(jobs[i], T, sms);
     const bool tc = p == MatmulPath::kTensorCore || (p == MatmulPath::kPrefill && !prefill_x);
     if (jobs[i].w.rows <= 0 || !tc) continue;

@@ -49,8 +49,7 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   auto* part = static_cast<float*>(grow(&split_partials_, need * int64_t(sizeof(float))));
   const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_);
   auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, cols * T * int64_t(sizeof(uint16_t))));
-  // With the tensor-core GEMM off (CudaKernelPaths::tc_gemm) no split x: its jobs take the SIMT tiles.
-  const TcX tcx = paths_.tc_gemm ? tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr) : TcX{0, DType::BF16};
+  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr, paths_.tc_gemm);
   auto* xs = static_cast<uint16_t*>(grow(&tc_x_, 2 * tcx.cols * T * int64_t(sizeof(uint16_t))));
   const MatmulScratch scratch{part,    part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
                               cols > 0 ? xb : nullptr, cols,
