@@ -93,3 +93,23 @@ t.test('nonsense samples are ignored', async (t) => {
   model.record(3, -1)
   t.notOk(model.ready)
 })
+
+t.test('fitted costs are reused until a bucket is new or reset, or eight samples moved the means', async (t) => {
+  const model = new StepCostModel()
+  feed(model, 1, 0.35)
+  feed(model, 4, 0.5)
+  const before = model.cost(4)
+  t.ok(Math.abs(before - 0.5) < 1e-9)
+  // Samples that only move the mean: the plan's fits stand for up to REFIT_EVERY (8) of them.
+  for (let i = 0; i < 7; i++) model.record(4, 0.6)
+  t.equal(model.cost(4), before, 'seven samples later: the same fit')
+  model.record(4, 0.6)
+  t.ok(model.cost(4) > 0.52, `the eighth refits: ${model.cost(4).toFixed(3)} ms`)
+  // A new bucket changes the shape: refit at once.
+  const mid = model.cost(8)
+  model.record(8, 5)
+  t.not(model.cost(8), mid, 'a first sample of work 8 is used at once')
+  // A sample under half its bucket's mean replaces it (a cold bucket): refit at once.
+  model.record(8, 0.7)
+  t.ok(Math.abs(model.cost(8) - 0.7) < 0.05, `a reset is used at once (${model.cost(8).toFixed(3)} ms)`)
+})
