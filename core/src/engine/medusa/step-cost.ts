@@ -95,7 +95,7 @@ export class StepCostModel {
   /** Measured buckets in `index` order (a handful: half octaves of the works seen). */
   private readonly buckets: Bucket[] = []
   private steps = 0
-  /** The pooled means and the slope of all of them (see `Shape`); `stale` until pooled after a sample. */
+  /** The pooled means and the slope of all of them (see `Shape`); `stale` until pooled after the memo was cleared. */
   private readonly shape = new Shape()
   private stale = true
   /** Costs fitted since the last refit, by work (a step's plan asks the same few works many times). */
@@ -124,9 +124,13 @@ export class StepCostModel {
     bucket.n = bucket.n * decay + 1
     bucket.w = bucket.w * decay + work
     bucket.ms = bucket.ms * decay + ms
-    this.stale = true
     // A new or reset bucket changes the shape: refit at once; a moved mean waits for REFIT_EVERY.
-    if (decay === 0 || this.steps - this.memoSince >= REFIT_EVERY) this.memo.clear()
+    // The memo and the pooled shape are one snapshot, so every cost of a window (a work first
+    // asked late in it too) comes from the same fit.
+    if (decay === 0 || this.steps - this.memoSince >= REFIT_EVERY) {
+      this.memo.clear()
+      this.stale = true
+    }
   }
 
   /** Whether costs can be told apart by work: at least two buckets measured. */
