@@ -1,7 +1,7 @@
 // The cuda device's kernels that the SIMT emulator covers (native/test-program/emulated-cuda.cc:
 // attention with its host plan and split-KV merge, argmax, top-k, log-sum-exp, the tree walk, the
-// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV, SIMT, tensor-core and
-// prefill kernels), run on this CPU by the emulator and checked against the scalar reference by
+// sampler, the element-wise ops, LoRA shrink/expand/apply and matmul's GEMV, SIMT, tensor-core,
+// prefill and skinny kernels), run on this CPU by the emulator and checked against the scalar reference by
 // the self-test's own cases. No GPU: this is what catches a kernel's logic errors in CI before a GPU
 // session spends minutes on them.
 import t from 'tap'
@@ -33,12 +33,18 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   t.ok(Number(matmul?.[2]) > 0, 'and the GEMV with several jobs in one launch')
   const split = Number(matmul?.[5])
   t.ok(split > 0 && split < Number(matmul?.[4]), 'and the tensor-core GEMM both with K split and whole')
+  const skinny = /, (\d+) skinny jobs \((\d+) with split K\)/.exec(result.output)
+  const skinnySplit = Number(skinny?.[2])
+  t.ok(
+    skinnySplit > 0 && skinnySplit < Number(skinny?.[1]),
+    `and the skinny GEMM both with K split and whole (${skinny?.[0]})`,
+  )
 })
 
 t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {
   const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
   if ('error' in built) return t.fail(built.error)
-  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm' }
+  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm , skinny-gemm' }
   const result = await run(
     built.program,
     ['--device', 'emulated-cuda', '--seed', '2', '--families', 'attention,matmul'],
@@ -54,8 +60,9 @@ t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still
     Number(attention?.[1]) > 0 && Number(attention?.[2]) === 0,
     `no call took tensor-core attention (${attention?.[0]})`,
   )
-  const matmul = /emulated matmul: .*, (\d+) simt jobs, (\d+) tensor-core jobs/.exec(result.output)
+  const matmul = /emulated matmul: .*, (\d+) simt jobs, (\d+) tensor-core jobs.*, (\d+) skinny jobs/.exec(result.output)
   t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) === 0, `no job took the tensor-core GEMM (${matmul?.[0]})`)
+  t.equal(Number(matmul?.[3]), 0, 'and none the skinny GEMM')
 })
 
 t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the known ones', async (t) => {
@@ -64,5 +71,8 @@ t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the kno
   const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-gemm,tc-atention' }
   const result = await run(built.program, ['--device', 'emulated-cuda', '--seed', '1'], env)
   t.equal(result.status, 2)
-  t.match(result.output, 'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm)')
+  t.match(
+    result.output,
+    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm)',
+  )
 })

@@ -92,7 +92,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
-           " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs\n";
+           " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " + std::to_string(skinny_jobs_) +
+           " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -215,33 +216,37 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
     // GEMM), so every form of the GEMMs is checked.
     const int sms = (matmul_calls_++ % 2) ? 132 : 1;
-    if (gemv_fusable(jobs, njobs, T, sms)) {  // as the cuda device: one launch for the call
+    if (gemv_fusable(jobs, njobs, T, sms, paths_)) {  // as the cuda device: one launch for the call
       launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
       return;
     }
-    const int64_t cols = prefill_x_cols(jobs, njobs, T, sms);
+    const int64_t cols = prefill_x_cols(jobs, njobs, T, sms, paths_);
     if (cols > 0) {  // as the cuda device: x rounded once for the call's prefill jobs
       prefill_x_.resize(size_t(cols * T));
       launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
-    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0, paths_.tc_gemm);
+    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0, paths_);
     if (tcx.cols > 0) {  // and split once for its tensor-core jobs
       tc_x_.resize(size_t(2 * tcx.cols * T));
       launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, tc_x_.data(), tcx.cols, launch);
     }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
-      const int64_t need = tc_split_floats(jobs[i], T, sms);
+      const int64_t need = tc_split_floats(jobs[i], T, sms, paths_);
       if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
       const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
                                   cols > 0 ? prefill_x_.data() : nullptr, cols,
                                   tcx.cols > 0 ? tc_x_.data() : nullptr, tcx.cols, tcx.dtype};
-      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, scratch, launch)) {
+      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths_, scratch, launch)) {
         case MatmulPath::kPrefill: prefill_jobs_++; break;
         case MatmulPath::kTensorCore:
           tensor_core_jobs_++;
           if (need > 0) split_jobs_++;
+          break;
+        case MatmulPath::kSkinny:
+          skinny_jobs_++;
+          if (need > 0) skinny_split_jobs_++;
           break;
         case MatmulPath::kGemv: gemv_jobs_++; break;
         case MatmulPath::kSimt: simt_jobs_++; break;
@@ -324,6 +329,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<float> partials_, lora_planes_;
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
+  int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
   int64_t prefill_jobs_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
   std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x

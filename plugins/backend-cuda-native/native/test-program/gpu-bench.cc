@@ -841,8 +841,9 @@ void Bench::kernel_paths() {
       {"tc-attention", &CudaKernelPaths::tc_attention, 0, Adapters::kBase, false},
       {"tc-attention", &CudaKernelPaths::tc_attention, 1, Adapters::kBase, false},
       {"tc-attention", &CudaKernelPaths::tc_attention, bmax, Adapters::kBase, false},
-      {"tc-gemm", &CudaKernelPaths::tc_gemm, bmax, Adapters::kBase, false},
-      {"tc-gemm", &CudaKernelPaths::tc_gemm, 32, Adapters::kDistinct, true},
+      {"skinny-gemm", &CudaKernelPaths::skinny_gemm, 8, Adapters::kBase, false},
+      {"skinny-gemm", &CudaKernelPaths::skinny_gemm, bmax, Adapters::kBase, false},
+      {"skinny-gemm", &CudaKernelPaths::skinny_gemm, 32, Adapters::kDistinct, true},
   };
   const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs;
   for (const Case& c : cases) {

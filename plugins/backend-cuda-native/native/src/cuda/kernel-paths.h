@@ -18,10 +18,13 @@ struct CudaKernelPaths {
   bool tc_attention = true;
   // gemm_tc_kernel for decode batches of 16-64 (matmul-kernels.cuh); off: the SIMT tiles.
   bool tc_gemm = true;
+  // gemm_skinny_kernel for decode batches of 5-64 (skinny-gemm-kernels.cuh); off: the GEMV below
+  // 16 tokens, gemm_tc_kernel from 16.
+  bool skinny_gemm = true;
 };
 
 // The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm"; }
+inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm"; }
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
 // surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
@@ -37,6 +40,8 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
       paths.tc_attention = false;
     } else if (item == "tc-gemm") {
       paths.tc_gemm = false;
+    } else if (item == "skinny-gemm") {
+      paths.skinny_gemm = false;
     } else if (!item.empty()) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";

@@ -1,6 +1,6 @@
 // The kernels of the cuda device's dense projections (matmul.cu has the design and the launches):
 // the GEMV, the tensor-core GEMM and the SIMT tiles, and the choice of kernel per job (the prefill
-// GEMM among them: prefill-gemm-kernels.cuh). A header so that the test program's SIMT emulator
+// GEMM and the skinny GEMM among them: prefill-gemm-kernels.cuh, skinny-gemm-kernels.cuh). A header so that the test program's SIMT emulator
 // runs the same kernels with the same choices (cuda/simt-compat.cuh); the tensor-core helpers
 // (mma.sync, ldmatrix, cp.async: tensor-core.cuh) have an emulated form.
 #pragma once
@@ -9,8 +9,10 @@
 #include <cstring>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/kernel-paths.h"
 #include "cuda/prefill-gemm-kernels.cuh"
 #include "cuda/simt-compat.cuh"
+#include "cuda/skinny-gemm-kernels.cuh"
 #include "cuda/tensor-core.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -24,12 +26,16 @@ constexpr int kSimtTile = 64, kSimtK = 16;
 constexpr int kSimtThreads = 256;
 
 // Which kernel computes a job of T tokens on a GPU of `sms` SMs: the prefill GEMM (bf16 weights,
-// a compute-bound step: prefill_gemm_fits), the tensor-core GEMM (T >= 16, 16-bit weights), the
-// GEMV (T < 16) — all need whole 16-byte words per weight row — else the SIMT tiles.
-enum class MatmulPath { kPrefill, kTensorCore, kGemv, kSimt };
-inline MatmulPath matmul_path(const MatmulJob& j, int64_t T, int sms) {
+// a compute-bound step: prefill_gemm_fits), the skinny GEMM (16-bit weights, a decode batch of
+// kSkinnyMinTokens..kSkinnyMaxTokens, unless `paths` turns it off), the tensor-core GEMM (T >= 16,
+// 16-bit weights), the GEMV (T < 16) — all need whole 16-byte words per weight row — else the
+// SIMT tiles.
+enum class MatmulPath { kPrefill, kSkinny, kTensorCore, kGemv, kSimt };
+inline MatmulPath matmul_path(const MatmulJob& j, int64_t T, int sms, const CudaKernelPaths& paths) {
   const bool vec = j.w.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(j.w.data) & 15) == 0;
   if (vec && j.w.dtype == DType::BF16 && prefill_gemm_fits(T, j.w.rows, sms)) return MatmulPath::kPrefill;
+  if (vec && paths.skinny_gemm && T >= kSkinnyMinTokens && T <= kSkinnyMaxTokens && j.w.dtype != DType::F32)
+    return MatmulPath::kSkinny;
   if (vec && T >= 16 && j.w.dtype != DType::F32) return MatmulPath::kTensorCore;
   if (vec && T < 16) return MatmulPath::kGemv;
   return MatmulPath::kSimt;
@@ -64,11 +70,14 @@ inline TcSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
   const int64_t chunk = tc_split_chunk(K, tc_splits(T, N, K, sms));
   return {chunk, int((K + chunk - 1) / chunk)};
 }
-// Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split).
-inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms) {
-  if (matmul_path(j, T, sms) != MatmulPath::kTensorCore) return 0;
-  const TcSplit s = tc_split(T, j.w.rows, j.w.cols, sms);
-  return s.slices > 1 ? s.slices * T * j.w.rows : 0;
+// Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split), on the tensor-core or
+// the skinny GEMM.
+inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms, const CudaKernelPaths& paths) {
+  const MatmulPath p = matmul_path(j, T, sms, paths);
+  if (p != MatmulPath::kTensorCore && p != MatmulPath::kSkinny) return 0;
+  const int slices = p == MatmulPath::kSkinny ? skinny_split(T, j.w.rows, j.w.cols, sms).slices
+                                              : tc_split(T, j.w.rows, j.w.cols, sms).slices;
+  return slices > 1 ? slices * T * j.w.rows : 0;
 }
 
 // The GEMV's shape per tokens-per-block TOK: ROWS weight rows per warp (x values loaded from L1
@@ -417,10 +426,10 @@ void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, 
 
 // Whether jobs[0, n) can share one GEMV launch: 2..kGemvMaxJobs jobs, all on the GEMV path, with
 // one dtype and K, every one with rows.
-inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T, int sms) {
+inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T, int sms, const CudaKernelPaths& paths) {
   if (n < 2 || n > kGemvMaxJobs) return false;
   for (int i = 0; i < n; i++)
-    if (matmul_path(jobs[i], T, sms) != MatmulPath::kGemv || jobs[i].w.rows <= 0 ||
+    if (matmul_path(jobs[i], T, sms, paths) != MatmulPath::kGemv || jobs[i].w.rows <= 0 ||
         jobs[i].w.dtype != jobs[0].w.dtype || jobs[i].w.cols != jobs[0].w.cols)
       return false;
   return true;
@@ -428,29 +437,30 @@ inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T, int sms) {
 
 // The columns of x the call's prefill jobs read (the widest K among them; 0: none takes that
 // path): the caller rounds x [T, that] to bf16 once for all of them (launch_round_x).
-inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms) {
+inline int64_t prefill_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, const CudaKernelPaths& paths) {
   int64_t cols = 0;
   for (int i = 0; i < n; i++)
-    if (jobs[i].w.rows > 0 && matmul_path(jobs[i], T, sms) == MatmulPath::kPrefill && jobs[i].w.cols > cols)
+    if (jobs[i].w.rows > 0 && matmul_path(jobs[i], T, sms, paths) == MatmulPath::kPrefill && jobs[i].w.cols > cols)
       cols = jobs[i].w.cols;
   return cols;
 }
 
-// The columns of x and the dtype the call's tensor-core jobs read (the widest K among them, the
-// first one's dtype; 0 columns: none takes that path): the caller splits x [T, that] into 16-bit
-// halves once for all of them (launch_split_x). Prefill jobs count only without `prefill_x` (the
-// prefill GEMM's bf16 x, launch_round_x), when they fall back to the tensor-core GEMM: a prompt's
-// call must not also write a split x nobody reads. None without `tensor_cores`
-// (CudaKernelPaths::tc_gemm): the jobs then take the SIMT tiles.
+// The columns of x and the dtype the call's tensor-core and skinny jobs read (the widest K among
+// them, the first one's dtype; 0 columns: none takes those paths): the caller splits x [T, that]
+// into 16-bit halves once for all of them (launch_split_x). Prefill jobs count only without
+// `prefill_x` (the prefill GEMM's bf16 x, launch_round_x), when they fall back to the tensor-core
+// GEMM: a prompt's call must not also write a split x nobody reads. Tensor-core jobs count only
+// with CudaKernelPaths::tc_gemm (without it they take the SIMT tiles).
 struct TcX {
   int64_t cols;
   DType dtype;
 };
-inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool prefill_x, bool tensor_cores) {
+inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool prefill_x, const CudaKernelPaths& paths) {
   TcX r{0, DType::BF16};
-  for (int i = 0; tensor_cores && i < n; i++) {
-    const MatmulPath p = matmul_path(jobs[i], T, sms);
-    const bool tc = p == MatmulPath::kTensorCore || (p == MatmulPath::kPrefill && !prefill_x);
+  for (int i = 0; i < n; i++) {
+    const MatmulPath p = matmul_path(jobs[i], T, sms, paths);
+    const bool tc = p == MatmulPath::kSkinny ||
+                    (paths.tc_gemm && (p == MatmulPath::kTensorCore || (p == MatmulPath::kPrefill && !prefill_x)));
     if (jobs[i].w.rows <= 0 || !tc) continue;
     if (r.cols == 0) r.dtype = jobs[i].w.dtype;
     if (jobs[i].w.cols > r.cols) r.cols = jobs[i].w.cols;
@@ -459,10 +469,10 @@ inline TcX tc_x_cols(const MatmulJob* jobs, int n, int64_t T, int sms, bool pref
 }
 
 // What a call's jobs share on the device: split-K's workspace `part` of `part_floats` floats (at
-// least tc_split_floats(j, T, sms) for a job to be split), x rounded to bf16 for the prefill
+// least tc_split_floats(j, T, sms, paths) for a job to be split), x rounded to bf16 for the prefill
 // GEMM, `xb` [T, ldxb] (null: prefill jobs run on the tensor-core GEMM instead), and x split into
-// `xs_dtype` halves for the tensor-core GEMM, `xs` [2, T, ldxs] (null, or another dtype than a
-// job's: that job runs on the SIMT tiles instead).
+// `xs_dtype` halves for the tensor-core and skinny GEMMs, `xs` [2, T, ldxs] (null, or another
+// dtype than a job's: that job runs on the GEMV below 16 tokens, else on the SIMT tiles).
 struct MatmulScratch {
   float* part;
   int64_t part_floats;
@@ -487,17 +497,18 @@ void launch_split_x(const float* x, int64_t T, int64_t ldx, int64_t K, DType dt,
 
 // Launches the kernel(s) that compute job `j` (matmul_path's choice) through
 // `launch(kernel, grid_x, grid_y, grid_z, threads, dynamic_smem_bytes, args...)`, which each build
-// supplies: a launch on the device's stream, or the emulator's. `sms` picks the path and sizes
-// split-K (tc_splits); `scratch` is the call's (see MatmulScratch). Jobs without rows launch
-// nothing. Returns the path taken.
+// supplies: a launch on the device's stream, or the emulator's. `sms` and `paths` pick the path,
+// and `sms` sizes split-K (tc_splits, skinny_split); `scratch` is the call's (see MatmulScratch).
+// Jobs without rows launch nothing. Returns the path taken.
 template <typename Launch>
 MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate, int sms,
-                             const MatmulScratch& scratch, Launch&& launch) {
+                             const CudaKernelPaths& paths, const MatmulScratch& scratch, Launch&& launch) {
   const int64_t N = j.w.rows, K = j.w.cols;
-  MatmulPath path = matmul_path(j, T, sms);
+  MatmulPath path = matmul_path(j, T, sms, paths);
   if (path == MatmulPath::kPrefill && scratch.xb == nullptr) path = MatmulPath::kTensorCore;
-  if (path == MatmulPath::kTensorCore && (scratch.xs == nullptr || scratch.xs_dtype != j.w.dtype || K > scratch.ldxs))
-    path = MatmulPath::kSimt;
+  const bool xs_ok = scratch.xs != nullptr && scratch.xs_dtype == j.w.dtype && K <= scratch.ldxs;
+  if (path == MatmulPath::kSkinny && !xs_ok) path = T < 16 ? MatmulPath::kGemv : MatmulPath::kTensorCore;
+  if (path == MatmulPath::kTensorCore && !xs_ok) path = MatmulPath::kSimt;
   if (N <= 0) return path;
   switch (path) {
     case MatmulPath::kPrefill:
@@ -523,6 +534,24 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       if (split)
         launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
                static_cast<const float*>(part), int(gz), T, N, j.bias, j.y, j.ldy, accumulate);
+      break;
+    }
+    case MatmulPath::kSkinny: {
+      const SkinnySplit plan = skinny_split(T, N, K, sms);
+      float* part = scratch.part;
+      const bool split = plan.slices > 1 && part != nullptr && scratch.part_floats >= plan.slices * T * N;
+      const int64_t chunk = split ? plan.chunk : (K > 0 ? K : 1);  // unsplit: one slice of all K
+      const int64_t rows = skinny_rows_per_block(T);
+      const unsigned gx = unsigned((N + rows - 1) / rows), gy = split ? unsigned(plan.slices) : 1u;
+      float* out = split ? part : nullptr;
+      const auto* w = static_cast<const uint16_t*>(j.w.data);
+      dispatch_skinny(j.w.dtype, T, [&](auto kernel) {
+        launch(kernel, gx, gy, 1u, kSkWarps * 32, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K, j.bias, j.y, j.ldy,
+               accumulate, chunk, out);
+      });
+      if (split)
+        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
+               static_cast<const float*>(part), int(gy), T, N, j.bias, j.y, j.ldy, accumulate);
       break;
     }
     case MatmulPath::kGemv:

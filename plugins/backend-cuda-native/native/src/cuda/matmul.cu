@@ -1,15 +1,19 @@
 // Dense projections of the cuda device: y[t, n] (+)= bias[n] + Σ_k x[t, k] * W[n, k], x f32
-// activations, W in its stored dtype. Four kernels, chosen per job by shape:
+// activations, W in its stored dtype. Five kernels, chosen per job by shape:
 //
 //  - prefill GEMM (bf16 weights, T >= 64 with tiles for at least half the SMs: a prompt's
 //    compute-bound step): x rounded to bf16 once per call, then 128x128 tiles of mma.sync fed by
 //    ldmatrix from a 4-stage cp.async pipeline (prefill-gemm-kernels.cuh has the design).
-//  - gemv (T < 16, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
+//  - skinny GEMM (5 <= T <= 64, bf16/f16 weights): a decode batch on tensor cores with the weights
+//    as the MMA's M side and 8 tokens per fragment as its N side, weight fragments loaded straight
+//    from global memory and x (split into 16-bit halves as below) through L1; no shared memory,
+//    no barriers (skinny-gemm-kernels.cuh has the design).
+//  - gemv (T < 16 where the skinny GEMM does not take it, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
 //    8 of them in flight per lane before the first FMA, and dots them with up to 8 tokens of x
 //    read through L1 (no shared-memory staging, no barriers), so every weight byte is read once
 //    per 8 tokens and the weight stream never waits on the block. The jobs of one call (q/k/v,
 //    gate/up) share one launch when all take this path.
-//  - tensor-core GEMM (T >= 16, bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
+//  - tensor-core GEMM (T > 64, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
 //    accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
 //    x is f32, so it is split once per call (split_x_kernel) into a 16-bit high part and a 16-bit
 //    remainder (x = hi + lo, exact to ~2^-17 relative) and both are multiplied by W: rounding x to
@@ -35,7 +39,7 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     kernel<<<dim3(gx, gy, gz), threads, smem, stream_>>>(args...);
   };
-  if (gemv_fusable(jobs, njobs, T, sm_count_)) {
+  if (gemv_fusable(jobs, njobs, T, sm_count_, paths_)) {
     launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
     check(cudaGetLastError(), "matmul launch");
     return;
@@ -45,11 +49,11 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   // one after another on the stream. A failed allocation leaves the jobs unsplit, on the
   // tensor-core GEMM, or on the SIMT tiles.
   int64_t need = 0;
-  for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_));
+  for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_, paths_));
   auto* part = static_cast<float*>(grow(&split_partials_, need * int64_t(sizeof(float))));
-  const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_);
+  const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_, paths_);
   auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, cols * T * int64_t(sizeof(uint16_t))));
-  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr, paths_.tc_gemm);
+  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr, paths_);
   auto* xs = static_cast<uint16_t*>(grow(&tc_x_, 2 * tcx.cols * T * int64_t(sizeof(uint16_t))));
   const MatmulScratch scratch{part,    part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
                               cols > 0 ? xb : nullptr, cols,
@@ -57,7 +61,7 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, xb, cols, launch);
   if (scratch.xs != nullptr) launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, xs, tcx.cols, launch);
   for (int i = 0; i < njobs; i++) {
-    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, scratch, launch);
+    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, paths_, scratch, launch);
     if (!check(cudaGetLastError(), "matmul launch")) return;
   }
 }
