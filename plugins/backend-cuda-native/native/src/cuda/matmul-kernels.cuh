@@ -1,8 +1,9 @@
 // The kernels of the cuda device's dense projections (matmul.cu has the design and the launches):
 // the GEMV, the tensor-core GEMM and the SIMT tiles, and the choice of kernel per job (the prefill
-// GEMM and the skinny GEMM among them: prefill-gemm-kernels.cuh, skinny-gemm-kernels.cuh). A header so that the test program's SIMT emulator
-// runs the same kernels with the same choices (cuda/simt-compat.cuh); the tensor-core helpers
-// (mma.sync, ldmatrix, cp.async: tensor-core.cuh) have an emulated form.
+// GEMM and the skinny GEMM among them: prefill-gemm-kernels.cuh, skinny-gemm-kernels.cuh). A
+// header so that the test program's SIMT emulator runs the same kernels with the same choices
+// (cuda/simt-compat.cuh); the tensor-core helpers (mma.sync, ldmatrix, cp.async:
+// tensor-core.cuh) have an emulated form.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "cuda/prefill-gemm-kernels.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/skinny-gemm-kernels.cuh"
+#include "cuda/split-k.h"
 #include "cuda/tensor-core.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -41,34 +43,12 @@ inline MatmulPath matmul_path(const MatmulJob& j, int64_t T, int sms, const Cuda
   return MatmulPath::kSimt;
 }
 
-// Split-K for the tensor-core GEMM: a decode step's T (16-64 rows) gives N/64 tiles, 64 for
-// N = 4096 on a GPU of 132 SMs, each streaming a 64-row slab of W alone. Splitting K over
-// gridDim.z until the grid holds ~2 tiles per SM keeps HBM busy; each slice writes its partial
-// tile to a workspace and a second kernel adds the slices in z order (deterministic, unlike
-// atomics). Slices keep >= 8 k-tiles (256 columns) of work. Returns the number of slices.
-inline int tc_splits(int64_t T, int64_t N, int64_t K, int sms) {
+// How split-K (split-k.h) cuts a tensor-core job of T tokens: over gridDim.z, whole once its
+// 64x64 tiles are as many as the SMs.
+static_assert(kBK == kSplitKStep, "K slices are cut at the tensor-core GEMM's k-tile");
+inline KSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
   const int64_t tiles = ((N + kBN - 1) / kBN) * ((T + kBM - 1) / kBM);
-  if (tiles >= sms) return 1;
-  int64_t s = (2 * int64_t(sms) + tiles - 1) / tiles;
-  const int64_t most = K / (8 * kBK);
-  s = s < most ? s : most;
-  s = s < 16 ? s : 16;
-  return s > 1 ? int(s) : 1;
-}
-// Columns per slice (a multiple of kBK) for `splits` slices of K.
-inline int64_t tc_split_chunk(int64_t K, int splits) {
-  const int64_t per = (K + splits - 1) / splits;
-  return (per + kBK - 1) / kBK * kBK;
-}
-// How split-K cuts a tensor-core job of T tokens: columns per slice and slices (1: not split).
-struct TcSplit {
-  int64_t chunk;
-  int slices;
-};
-inline TcSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
-  if (K <= 0) return {1, 1};
-  const int64_t chunk = tc_split_chunk(K, tc_splits(T, N, K, sms));
-  return {chunk, int((K + chunk - 1) / chunk)};
+  return split_k(tiles, K, sms, sms);
 }
 // Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split), on the tensor-core or
 // the skinny GEMM.
@@ -495,10 +475,31 @@ void launch_split_x(const float* x, int64_t T, int64_t ldx, int64_t K, DType dt,
     launch(split_x_kernel<DType::F16>, grid_x, grid_y, 1u, 256, size_t(0), x, T, ldx, K, xs, ldxs);
 }
 
+// A job's K slices as launched: its plan where the call's workspace holds the partials (`part`
+// set), else one slice of all K (`part` null: the GEMM writes y itself).
+struct KSlices {
+  int64_t chunk;
+  unsigned count;
+  float* part;
+};
+inline KSlices k_slices(const KSplit& plan, const MatmulScratch& scratch, int64_t T, int64_t N, int64_t K) {
+  if (plan.slices > 1 && scratch.part != nullptr && scratch.part_floats >= plan.slices * T * N)
+    return {plan.chunk, unsigned(plan.slices), scratch.part};
+  return {K > 0 ? K : 1, 1u, nullptr};
+}
+// Adds a split job's slices onto y (nothing for an unsplit one).
+template <typename Launch>
+void launch_slices_reduce(const KSlices& s, int64_t T, const MatmulJob& j, bool accumulate, Launch&& launch) {
+  if (s.part == nullptr) return;
+  const int64_t N = j.w.rows;
+  launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
+         static_cast<const float*>(s.part), int(s.count), T, N, j.bias, j.y, j.ldy, accumulate);
+}
+
 // Launches the kernel(s) that compute job `j` (matmul_path's choice) through
 // `launch(kernel, grid_x, grid_y, grid_z, threads, dynamic_smem_bytes, args...)`, which each build
 // supplies: a launch on the device's stream, or the emulator's. `sms` and `paths` pick the path,
-// and `sms` sizes split-K (tc_splits, skinny_split); `scratch` is the call's (see MatmulScratch).
+// and `sms` sizes split-K (tc_split, skinny_split); `scratch` is the call's (see MatmulScratch).
 // Jobs without rows launch nothing. Returns the path taken.
 template <typename Launch>
 MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const MatmulJob& j, bool accumulate, int sms,
@@ -519,39 +520,25 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
     case MatmulPath::kTensorCore: {
       const unsigned gx = unsigned((N + kBN - 1) / kBN), gy = unsigned((T + kBM - 1) / kBM);
       const auto* w = static_cast<const uint16_t*>(j.w.data);
-      const TcSplit plan = tc_split(T, N, K, sms);
-      float* part = scratch.part;
-      const bool split = plan.slices > 1 && part != nullptr && scratch.part_floats >= plan.slices * T * N;
-      const int64_t chunk = split ? plan.chunk : (K > 0 ? K : 1);  // unsplit: one slice of all K
-      const unsigned gz = split ? unsigned(plan.slices) : 1u;
-      float* out = split ? part : nullptr;
+      const KSlices s = k_slices(tc_split(T, N, K, sms), scratch, T, N, K);
       if (j.w.dtype == DType::BF16)
-        launch(gemm_tc_kernel<DType::BF16>, gx, gy, gz, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K,
-               j.bias, j.y, j.ldy, accumulate, chunk, out);
+        launch(gemm_tc_kernel<DType::BF16>, gx, gy, s.count, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w,
+               N, K, j.bias, j.y, j.ldy, accumulate, s.chunk, s.part);
       else
-        launch(gemm_tc_kernel<DType::F16>, gx, gy, gz, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K,
-               j.bias, j.y, j.ldy, accumulate, chunk, out);
-      if (split)
-        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
-               static_cast<const float*>(part), int(gz), T, N, j.bias, j.y, j.ldy, accumulate);
+        launch(gemm_tc_kernel<DType::F16>, gx, gy, s.count, kGemmThreads, size_t(0), scratch.xs, T, scratch.ldxs, w,
+               N, K, j.bias, j.y, j.ldy, accumulate, s.chunk, s.part);
+      launch_slices_reduce(s, T, j, accumulate, launch);
       break;
     }
     case MatmulPath::kSkinny: {
-      const SkinnySplit plan = skinny_split(T, N, K, sms);
-      float* part = scratch.part;
-      const bool split = plan.slices > 1 && part != nullptr && scratch.part_floats >= plan.slices * T * N;
-      const int64_t chunk = split ? plan.chunk : (K > 0 ? K : 1);  // unsplit: one slice of all K
+      const KSlices s = k_slices(skinny_split(T, N, K, sms), scratch, T, N, K);
       const int64_t rows = skinny_rows_per_block(T);
-      const unsigned gx = unsigned((N + rows - 1) / rows), gy = split ? unsigned(plan.slices) : 1u;
-      float* out = split ? part : nullptr;
       const auto* w = static_cast<const uint16_t*>(j.w.data);
       dispatch_skinny(j.w.dtype, T, [&](auto kernel) {
-        launch(kernel, gx, gy, 1u, kSkWarps * 32, size_t(0), scratch.xs, T, scratch.ldxs, w, N, K, j.bias, j.y, j.ldy,
-               accumulate, chunk, out);
+        launch(kernel, unsigned((N + rows - 1) / rows), s.count, 1u, kSkWarps * 32, size_t(0), scratch.xs, T,
+               scratch.ldxs, w, N, K, j.bias, j.y, j.ldy, accumulate, s.chunk, s.part);
       });
-      if (split)
-        launch(splitk_reduce_kernel, unsigned((T * N + 255) / 256), 1u, 1u, 256, size_t(0),
-               static_cast<const float*>(part), int(gy), T, N, j.bias, j.y, j.ldy, accumulate);
+      launch_slices_reduce(s, T, j, accumulate, launch);
       break;
     }
     case MatmulPath::kGemv:

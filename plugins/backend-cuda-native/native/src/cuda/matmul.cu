@@ -8,20 +8,20 @@
 //    as the MMA's M side and 8 tokens per fragment as its N side, weight fragments loaded straight
 //    from global memory and x (split into 16-bit halves as below) through L1; no shared memory,
 //    no barriers (skinny-gemm-kernels.cuh has the design).
-//  - gemv (T < 16 where the skinny GEMM does not take it, any dtype): memory-bound; each warp streams 2-4 weight rows with 16-byte loads,
-//    8 of them in flight per lane before the first FMA, and dots them with up to 8 tokens of x
-//    read through L1 (no shared-memory staging, no barriers), so every weight byte is read once
-//    per 8 tokens and the weight stream never waits on the block. The jobs of one call (q/k/v,
-//    gate/up) share one launch when all take this path.
-//  - tensor-core GEMM (T > 64, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0): mma.sync m16n8k16 with f32
-//    accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
+//  - gemv (T < 16 where the skinny GEMM does not take it, any dtype): memory-bound; each warp
+//    streams 2-4 weight rows with 16-byte loads, 8 of them in flight per lane before the first
+//    FMA, and dots them with up to 8 tokens of x read through L1 (no shared-memory staging, no
+//    barriers), so every weight byte is read once per 8 tokens and the weight stream never waits
+//    on the block. The jobs of one call (q/k/v, gate/up) share one launch when all take this path.
+//  - tensor-core GEMM (T > 64, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0):
+//    mma.sync m16n8k16 with f32 accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
 //    x is f32, so it is split once per call (split_x_kernel) into a 16-bit high part and a 16-bit
 //    remainder (x = hi + lo, exact to ~2^-17 relative) and both are multiplied by W: rounding x to
 //    one bf16 would cost ~3 significant digits against the f32 reference, while two MMAs keep the
 //    error at f32-accumulation level for twice the tensor work (a bandwidth-bound step has that
 //    to spare).
-//    When a step's few rows give fewer tiles than SMs (decode batches of 16-64), K is split over
-//    the grid's z and the slices' partials are added in order by a second kernel.
+//    When a step's few rows give fewer tiles than SMs, K is split over the grid's z and the
+//    slices' partials are added in order by a second kernel (split-k.h, as the skinny GEMM does).
 //  - SIMT tiles (f32 weights with T >= 16, or shapes the vector paths cannot take).
 // The kernels and the choice between them: matmul-kernels.cuh.
 #include "cuda/cuda-device.h"

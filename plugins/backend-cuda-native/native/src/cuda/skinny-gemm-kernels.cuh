@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "cuda/simt-compat.cuh"
+#include "cuda/split-k.h"
 #include "cuda/tensor-core.cuh"
 #include "kernels/kernels.h"
 
@@ -42,31 +43,17 @@ constexpr int kSkWarps = 4;  // warps per block, each on its own rows
 // bytes in flight per lane either way (4 KB a warp), what the GEMV keeps in flight at batch 1.
 template <int MT>
 constexpr int kSkUnroll = MT == 1 ? 4 : 2;
-// The fewest columns a K slice keeps (8 k-steps), so a slice's loads still form a stream.
-constexpr int64_t kSkMinSliceCols = 256;
 
 // Weight rows per warp: 16 (one A tile) for up to 16 tokens, 32 (two) beyond, where each x
 // fragment loaded from L1 then serves two tiles (x's L1 traffic per weight byte halves).
 inline int skinny_row_tiles(int64_t T) { return T <= 16 ? 1 : 2; }
 inline int64_t skinny_rows_per_block(int64_t T) { return int64_t(kSkWarps) * 16 * skinny_row_tiles(T); }
 
-// How K is cut for a job of T tokens, N outputs and K columns on `sms` SMs: enough slices that
-// the grid holds ~2 blocks per SM, each slice at least kSkMinSliceCols columns, at most 16.
-// chunk: columns per slice (a multiple of 32); slices: how many (1: not split).
-struct SkinnySplit {
-  int64_t chunk;
-  int slices;
-};
-inline SkinnySplit skinny_split(int64_t T, int64_t N, int64_t K, int sms) {
-  if (K <= 0) return {1, 1};
-  const int64_t rpb = skinny_rows_per_block(T), blocks = (N + rpb - 1) / rpb;
-  int64_t s = blocks >= 2 * int64_t(sms) ? 1 : (2 * int64_t(sms) + blocks - 1) / blocks;
-  const int64_t most = K / kSkMinSliceCols;
-  s = s < most ? s : most;
-  s = s < 16 ? s : 16;
-  if (s <= 1) return {K, 1};
-  const int64_t per = (K + s - 1) / s, chunk = (per + 31) / 32 * 32;
-  return {chunk, int((K + chunk - 1) / chunk)};
+// How split-K (split-k.h) cuts a job of T tokens and N outputs: over gridDim.y, whole once its
+// row blocks are two per SM (a block holds 4 warps, fewer than a tensor-core GEMM tile's grid).
+inline KSplit skinny_split(int64_t T, int64_t N, int64_t K, int sms) {
+  const int64_t rows = skinny_rows_per_block(T);
+  return split_k((N + rows - 1) / rows, K, sms, 2 * int64_t(sms));
 }
 
 // Internal linkage: the test program links this header's emulated build beside the real one.
