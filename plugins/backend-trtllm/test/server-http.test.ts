@@ -175,7 +175,13 @@ t.test('v1 through the openai SDK: chat, completions, streamed or not, an adapte
     temperature: 0,
   })
   t.equal(adapted.model, 'lora-a')
-  t.equal(adapted.usage?.completion_tokens, 4)
+  // The adapter's task id hashes its revision, which covers the files' modification times, so
+  // its fake tokens differ from run to run and may meet the end id early (1 token in one CI run).
+  // Either way the count must agree with the reason the completion gives.
+  const reason = adapted.choices[0]!.finish_reason
+  const count = adapted.usage?.completion_tokens ?? -1
+  if (reason === 'length') t.equal(count, 4, 'a completion cut by max_tokens has all 4 tokens')
+  else t.ok(reason === 'stop' && count >= 0 && count < 4, `an early end is a stop (${reason}, ${count} tokens)`)
 })
 
 t.test('response_format is refused with a clear error when guided decoding is off', async (t) => {
