@@ -1,6 +1,8 @@
 import t, { type Test } from 'tap'
 import type { SamplingParams } from '../../src/contracts/sampling.ts'
+import { blockedSum, MASS_SCALE, massUnits, SUM_CHUNK } from '../../src/engine/sampler/blocked-sum.ts'
 import { createWarpScratch } from '../../src/engine/sampler/candidates.ts'
+import { massPrefix } from '../../src/engine/sampler/mass-prefix.ts'
 import { applyPenalties } from '../../src/engine/sampler/penalties.ts'
 import { SplitMix64, Xoshiro128StarStar } from '../../src/engine/sampler/rng.ts'
 import { SamplingState } from '../../src/engine/sampler/sampling-state.ts'
@@ -219,6 +221,66 @@ t.test('quickselect + sortRange agree with a full sort', async (t) => {
       expected,
     )
   }
+})
+
+t.test('quickselect brings the (key, id)-first ids forward: ties go to the smaller id', async (t) => {
+  for (let trial = 0; trial < 50; trial++) {
+    const n = 1 + (rng.nextUint32() % 300)
+    const key = Float64Array.from({ length: n }, () => Math.floor(rng.nextFloat() * 5)) // many ties
+    const ids = Int32Array.from({ length: n }, (_, i) => n - 1 - i)
+    const k = 1 + (rng.nextUint32() % n)
+    selectSmallest(ids, 0, n, k, key)
+    const expected = [...key.keys()].sort((a, b) => key[a]! - key[b]! || a - b).slice(0, k)
+    t.same(
+      [...ids.subarray(0, k)].sort((a, b) => a - b),
+      expected.sort((a, b) => a - b),
+    )
+  }
+})
+
+t.test('massPrefix: the (key, id)-ordered prefix whose exact mass reaches the target, in id order', async (t) => {
+  for (let trial = 0; trial < 200; trial++) {
+    const n = 1 + (rng.nextUint32() % 2000)
+    // Probabilities with many exact ties (a few levels), normalised; keys -p as top-p's.
+    const weights = Array.from({ length: n }, () => 2 ** -Math.floor(rng.nextFloat() * 6))
+    const total = weights.reduce((a, b) => a + b, 0)
+    const prob = Float64Array.from(weights, (w) => w / total)
+    const key = Float64Array.from(prob, (p) => -p)
+    const mass = [0.05, 0.3, 0.5, 0.9, 0.999][trial % 5]!
+    const ids = Int32Array.from({ length: n }, (_, i) => i)
+    const kept = massPrefix(ids, n, key, prob, mass)
+    // Brute force: a full (key, id) sort, then keep while the mass before a token is short.
+    const order = [...key.keys()].sort((a, b) => key[a]! - key[b]! || a - b)
+    let before = 0
+    let expected = 0
+    for (const id of order) {
+      if (expected > 0 && before >= mass * MASS_SCALE) break
+      before += massUnits(prob[id]!)
+      expected++
+    }
+    t.equal(kept, expected, `n ${n} mass ${mass}`)
+    const want = order.slice(0, expected).sort((a, b) => a - b)
+    if (!t.same([...ids.subarray(0, kept)], want, `kept ids, n ${n} mass ${mass}`)) break
+  }
+})
+
+t.test('blockedSum adds chunks of SUM_CHUNK in order, then the chunk sums in order', async (t) => {
+  // Terms whose sum depends on the order: tiny ones, which add up within a chunk but round away
+  // one at a time once the running sum is near 1, then a 1 closing each chunk.
+  const n = 3 * SUM_CHUNK + 17
+  const terms = Array.from({ length: n }, (_, i) => (i % SUM_CHUNK === SUM_CHUNK - 1 ? 1 : 2 ** -53))
+  let expected = 0
+  for (let c = 0; c < n; c += SUM_CHUNK) {
+    let chunk = 0
+    for (let i = c; i < Math.min(n, c + SUM_CHUNK); i++) chunk += terms[i]!
+    expected += chunk
+  }
+  const sequential = terms.reduce((a, b) => a + b, 0)
+  t.equal(
+    blockedSum(n, (i) => terms[i]!),
+    expected,
+  )
+  t.not(expected, sequential, 'the order shows in the bits')
 })
 
 t.test('rng: SplitMix64 reference values; xoshiro128** is uniform and seed-determined', async (t) => {

@@ -12,39 +12,8 @@
  *
  * Values are f32 in and out; sums are taken in f64.
  */
+import { kthLargestValue } from '../../engine/sampler/kth-largest.ts'
 import type { MajoritySignMethod, MergeStrategy } from './merge-params.ts'
-
-/** The `k`-th largest value of `values` (1-based); reorders `values`. Iterative quickselect. */
-function kthLargest(values: Float32Array, k: number): number {
-  let lo = 0
-  let hi = values.length - 1
-  const target = k - 1
-  while (lo < hi) {
-    // Median of three as pivot keeps sorted or constant inputs linear.
-    const mid = (lo + hi) >>> 1
-    const a = values[lo]!
-    const b = values[mid]!
-    const c = values[hi]!
-    const pivot = a > b ? (b > c ? b : a > c ? c : a) : a > c ? a : b > c ? c : b
-    let i = lo
-    let j = hi
-    while (i <= j) {
-      while (values[i]! > pivot) i++
-      while (values[j]! < pivot) j--
-      if (i <= j) {
-        const tmp = values[i]!
-        values[i] = values[j]!
-        values[j] = tmp
-        i++
-        j--
-      }
-    }
-    if (target <= j) hi = j
-    else if (target >= i) lo = i
-    else return values[target]!
-  }
-  return values[target]!
-}
 
 /**
  * Keep the `⌊density · n⌋` entries of largest magnitude, zero the rest. Among equal magnitudes at
@@ -58,7 +27,7 @@ export function magnitudePrune(tensor: Float32Array, density: number): Float32Ar
   if (k <= 0) return out
   const magnitudes = new Float32Array(n)
   for (let j = 0; j < n; j++) magnitudes[j] = Math.abs(tensor[j]!)
-  const threshold = kthLargest(magnitudes, k)
+  const threshold = kthLargestValue(magnitudes, n, k)
   let above = 0
   for (let j = 0; j < n; j++) if (Math.abs(tensor[j]!) > threshold) above++
   let atThreshold = k - above

@@ -52,3 +52,38 @@ export function partitionAtLeast(values: Float32Array, ids: Int32Array, n: numbe
   }
   return kept
 }
+
+/**
+ * The `k`-th largest (1 <= k <= n) of `values[0, n)`, which it reorders. Iterative quickselect;
+ * only the value is defined, so any selection gives the same result (no NaN).
+ */
+export function kthLargestValue(values: Float32Array | Float64Array, n: number, k: number): number {
+  let lo = 0
+  let hi = n - 1
+  const target = k - 1
+  while (lo < hi) {
+    // Median of three as pivot keeps sorted or constant inputs linear.
+    const mid = (lo + hi) >>> 1
+    const a = values[lo]!
+    const b = values[mid]!
+    const c = values[hi]!
+    const pivot = a > b ? (b > c ? b : a > c ? c : a) : a > c ? a : b > c ? c : b
+    let i = lo
+    let j = hi
+    while (i <= j) {
+      while (values[i]! > pivot) i++
+      while (values[j]! < pivot) j--
+      if (i <= j) {
+        const tmp = values[i]!
+        values[i] = values[j]!
+        values[j] = tmp
+        i++
+        j--
+      }
+    }
+    if (target <= j) hi = j
+    else if (target >= i) lo = i
+    else return values[target]!
+  }
+  return values[target]!
+}

@@ -1,11 +1,20 @@
 /**
  * Partial ordering of candidate token ids by a key, so warpers never sort the whole vocabulary:
- * quickselect moves the k best ids to the front, then only those are sorted.
+ * quickselect moves the k best ids to the front, then only those are sorted. The order is
+ * (key ascending, then id ascending): a strict total order, so which ids a selection brings to the
+ * front never depends on how it got there (a GPU finds the same set by radix selection).
  */
 
+/** True when `a` comes before `b`: a smaller key, or the same key and a smaller id. */
+function before(key: Float64Array, a: number, b: number): boolean {
+  const ka = key[a]!
+  const kb = key[b]!
+  return ka < kb || (ka === kb && a < b)
+}
+
 /**
- * Rearrange `ids[lo, hi)` so that `ids[lo, lo + k)` hold the `k` ids with the smallest `key[id]`
- * (in no particular order). Expected O(hi - lo). Keys must not be NaN.
+ * Rearrange `ids[lo, hi)` so that `ids[lo, lo + k)` hold the `k` first ids in (key, id) order (in
+ * no particular order among themselves). Expected O(hi - lo). Keys must not be NaN.
  */
 export function selectSmallest(ids: Int32Array, lo: number, hi: number, k: number, key: Float64Array): void {
   if (k <= 0 || k >= hi - lo) return
@@ -13,14 +22,13 @@ export function selectSmallest(ids: Int32Array, lo: number, hi: number, k: numbe
   let left = lo
   let right = hi - 1
   while (right > left) {
-    const mid = (left + right) >>> 1
-    const pivot = medianOfThree(key[ids[left]!]!, key[ids[mid]!]!, key[ids[right]!]!)
+    const pivot = medianOfThree(key, ids[left]!, ids[(left + right) >>> 1]!, ids[right]!)
     let i = left
     let j = right
-    // Hoare partition: afterwards [left, j] <= pivot, [i, right] >= pivot, (j, i) == pivot.
+    // Hoare partition around the pivot id (distinct ids: only the pivot itself compares equal).
     while (i <= j) {
-      while (key[ids[i]!]! < pivot) i++
-      while (key[ids[j]!]! > pivot) j--
+      while (before(key, ids[i]!, pivot)) i++
+      while (before(key, pivot, ids[j]!)) j--
       if (i <= j) {
         const tmp = ids[i]!
         ids[i] = ids[j]!
@@ -35,13 +43,14 @@ export function selectSmallest(ids: Int32Array, lo: number, hi: number, k: numbe
   }
 }
 
-/** Sort `ids[lo, hi)` by ascending `key[id]`, ties by ascending id (stable, deterministic). */
+/** Sort `ids[lo, hi)` in (key, id) order. */
 export function sortRange(ids: Int32Array, lo: number, hi: number, key: Float64Array): void {
   if (hi - lo < 2) return
   ids.subarray(lo, hi).sort((a, b) => key[a]! - key[b]! || a - b)
 }
 
-function medianOfThree(a: number, b: number, c: number): number {
-  if (a < b) return b < c ? b : a < c ? c : a
-  return a < c ? a : b < c ? c : b
+/** The id among three that is second in (key, id) order. */
+function medianOfThree(key: Float64Array, a: number, b: number, c: number): number {
+  if (before(key, a, b)) return before(key, b, c) ? b : before(key, a, c) ? c : a
+  return before(key, a, c) ? a : before(key, b, c) ? c : b
 }

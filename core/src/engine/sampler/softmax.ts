@@ -1,3 +1,5 @@
+import { blockedSum } from './blocked-sum.ts'
+
 /**
  * Softmax helpers over raw logit rows and over candidate subsets. Sums run in float64 so a 50k-token
  * vocabulary loses no precision.
@@ -22,8 +24,9 @@ export function logSumExpBelow(logits: Float32Array, offset: number, vocabSize: 
 }
 
 /**
- * Normalised probabilities of the candidates `ids[0, n)` under `values[id]`, written to `prob[id]`.
- * Returns `log Σ exp(values)` over the candidates, so callers can form log-probabilities.
+ * Normalised probabilities of the candidates `ids[0, n)` under `values[id]`, written to `prob[id]`;
+ * the normaliser is summed in `blockedSum`'s order over the candidates as listed. Returns
+ * `log Σ exp(values)` over the candidates, so callers can form log-probabilities.
  */
 export function softmaxOver(ids: Int32Array, n: number, values: Float32Array, prob: Float64Array): number {
   let max = -Infinity
@@ -31,13 +34,12 @@ export function softmaxOver(ids: Int32Array, n: number, values: Float32Array, pr
     const x = values[ids[i]!]!
     if (x > max) max = x
   }
-  let sum = 0
   for (let i = 0; i < n; i++) {
     const id = ids[i]!
-    const e = Math.exp(values[id]! - max)
-    prob[id] = e
-    sum += e
+    prob[id] = Math.exp(values[id]! - max)
   }
+  // Blocked (blocked-sum.ts): this Σ decides the token, and a GPU adds its chunks in parallel.
+  const sum = blockedSum(n, (i) => prob[ids[i]!]!)
   for (let i = 0; i < n; i++) prob[ids[i]!]! /= sum
   return max + Math.log(sum)
 }

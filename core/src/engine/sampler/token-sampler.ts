@@ -1,6 +1,7 @@
 import type { GeneratedToken } from '../../contracts/backend.ts'
 import type { TokenConstraint } from '../../contracts/grammar.ts'
 import type { SamplingParams } from '../../contracts/sampling.ts'
+import { massUnits } from './blocked-sum.ts'
 import { argmax, createWarpScratch, type WarpScratch } from './candidates.ts'
 import { applyAllowedMask } from './grammar-mask.ts'
 import { applyPenalties, penaltiesActive, type PenaltyHistory } from './penalties.ts'
@@ -147,14 +148,21 @@ export class TokenSampler {
     return { id, logprob, skipped: false, top }
   }
 
-  /** Inverse-CDF draw over the candidates in their current order, from the request's own stream. */
+  /**
+   * Inverse-CDF draw over the candidates in id order, from the request's own stream. The CDF is
+   * in mass units (blocked-sum.ts): exact integers, so a GPU finds the same token with a parallel
+   * scan. The first token whose cumulative mass passes `u` times the total is drawn.
+   */
   private draw(n: number, nextFloat: () => number): number {
     const { ids, prob } = this.scratch
     const u = nextFloat()
+    let total = 0
+    for (let i = 0; i < n; i++) total += massUnits(prob[ids[i]!]!)
+    const target = u * total
     let cumulative = 0
     for (let i = 0; i < n; i++) {
-      cumulative += prob[ids[i]!]!
-      if (u < cumulative) return ids[i]!
+      cumulative += massUnits(prob[ids[i]!]!)
+      if (cumulative > target) return ids[i]!
     }
     return ids[n - 1]!
   }

@@ -1,3 +1,4 @@
+import { blockedSum } from './blocked-sum.ts'
 import type { WarpScratch } from './candidates.ts'
 import { massPrefix } from './mass-prefix.ts'
 import { softmaxOver } from './softmax.ts'
@@ -11,12 +12,12 @@ export function typicalP(work: Float32Array, scratch: WarpScratch, n: number, ma
   if (mass >= 1 || n <= 1) return n
   const { ids, key, prob } = scratch
   const logNorm = softmaxOver(ids, n, work, prob)
-  let entropy = 0
-  for (let i = 0; i < n; i++) {
+  // -Σ p·log p, blocked (blocked-sum.ts): it sets every key, so it decides the cut.
+  const entropy = -blockedSum(n, (i) => {
     const id = ids[i]!
     const p = prob[id]!
-    if (p > 0) entropy -= p * (work[id]! - logNorm)
-  }
+    return p > 0 ? p * (work[id]! - logNorm) : 0
+  })
   // -log p = logNorm - logit
   for (let i = 0; i < n; i++) {
     const id = ids[i]!

@@ -1,30 +1,21 @@
 // Device::sample on the GPU: one block per row, every step block-parallel, and the token the JS
 // sampler's port (reference/sampler-core.h) draws, bit for bit.
 //
-// Steps whose result does not depend on the order of operations run over the row in any order:
-// the working copy, penalties and mask, the greedy argmax, the candidate list (an order-preserving
-// compaction, so candidates stay in id order as collectCandidates leaves them), top-k's threshold
-// (a radix select of the k-th largest value: only the value matters when k <= 1024), temperature
-// and its max, the softmax's max, exps and divisions, the warpers' keys, and the reported
-// log-softmax and top logprobs.
-//
-// The rest decides the token through f64 rounding or through the candidates' order:
-// - the f64 sums (the softmax's Σ, massPrefix's masses, typical-p's entropy, the draw's inverse
-//   CDF) are added one by one in the JS's order by warp 0 (warp_walk): the lanes fetch 256 terms
-//   ahead into shared memory, so the sequential part is one dependent f64 add per term, ~11.5
-//   cycles on an H100 (8.2 is the add's latency): ~0.75 ms for a 128k-token softmax. This is
-//   the part no parallel form can reproduce, and most of a row's time;
-// - selectSmallest's quickselect leaves the candidates in an order that decides where the draw
-//   lands, so the block does each Hoare partition itself, exactly (block_partition: the
-//   sequential loop's swaps are a pairing of its scans' stops, found by prefix counts), in global
-//   memory while the range is large, in shared memory below kSharedSelect elements, and thread 0
-//   runs the sequential loop below kSerialSelect. The keys travel with the ids by position
-//   (RowScratch::keys_at), so no pass gathers through ids. ~0.3 ms for a 128k-candidate select;
-// - sortRange's order is a strict total order (key, then id), but it runs on <= 32 elements: one
-//   thread sorts them in shared memory.
-// Measured on an H100 at V = 128256, temperature 0.8, top-p 0.95 (trained-like logits, a few
-// thousand tokens kept): 2.45 ms for one row alone, 2.9 ms for 32 rows (a block each, in
-// parallel); the line-by-line port in one thread took ~165 ms a row.
+// The JS sampler is specified so that this needs no sequential walk over the vocabulary
+// (core/src/engine/sampler/blocked-sum.ts):
+// - candidates stay in id order (collectCandidates, order-preserving compactions), so every pass
+//   over them runs in any order: the working copy, penalties and mask, the greedy argmax, top-k's
+//   threshold (a radix select of the k-th largest value), temperature, the softmax's max, exps and
+//   divisions, the warpers' keys, and the reported log-softmax and top logprobs;
+// - the f64 sums that decide a token (the softmax's Σ, typical-p's entropy) are blocked: each
+//   thread adds whole chunks of 256 terms in order, and only the chunk sums (~500 for a 128k
+//   vocabulary) are added in sequence, by warp 0;
+// - probability masses are exact integers (floor(p · 2^52)), so top-p's and typical-p's cut is a
+//   radix select on (key, id) with histograms of mass in shared atomics, and the draw is a block
+//   scan of the candidates' masses.
+// Before this (a JS order reproduced step by step: every Σ added one term at a time, quickselect's
+// Hoare partitions replayed exactly), an H100 took 2.45 ms for one 128k-token row at temperature
+// 0.8, top-p 0.95, and 2.9 ms for 32 rows.
 //
 // The launch is in sampler.cu; a header so that the test program's SIMT emulator runs the same
 // kernel (cuda/simt-compat.cuh).
@@ -44,20 +35,13 @@ namespace loom {
 namespace {
 
 // 512 threads: the passes over a row are latency-bound with one block per row, and 512 ran ~30%
-// faster than 256 on an H100 (ptxas then caps registers at 128, with a few spills).
+// faster than 256 on an H100.
 constexpr int kSampleThreads = 512;
 constexpr int kSampleWarps = kSampleThreads / 32;
-// A selection range of at most this many elements is partitioned in shared memory (16 bytes an
-// element: ids, keys, positions)...
-constexpr int kSharedSelect = 2048;
-// ...and one of at most this many by thread 0 alone (a block round costs ~5 barriers).
-constexpr int kSerialSelect = 32;
 // warp_walk's lookahead: each lane fetches this many terms per step of 32 * kWalkAhead.
 constexpr int kWalkAhead = 8;
-// Loads in flight per thread (one block per row has few warps to hide latency with): groups of
-// 32 keys a warp in a partition's first pass and in compactions, pairs a thread in its swaps.
+// Loads in flight per thread in compactions: groups of 32 items a warp.
 constexpr int kGroupsAhead = 4;
-constexpr int kSwapsAhead = 4;
 
 // ---- block-wide building blocks (every thread of the block calls them) ----
 
@@ -116,11 +100,6 @@ __device__ double block_first_max(Ranked r) {
   };
   const Ranked best = block_fold(r, first, parts);
   return best.at == INT_MAX ? -INFINITY : best.v;
-}
-
-__device__ double block_min(double v) {
-  LOOM_SHARED(double[kSampleWarps], parts);
-  return block_fold(v, [](double a, double b) { return b < a ? b : a; }, parts);
 }
 
 // For the candidates i < n (id = ids[i]), use(i, id, load(i, id)), kBatch a thread at a time with
@@ -289,15 +268,12 @@ __device__ double* walk_stage() {
   return stage;
 }
 
-// Warp 0 only (all 32 lanes): *acc = fold(*acc, value(i)) for i = lo, lo + 1, ... < hi in order
-// on every lane (fold: the JS loop's f64 op), until stop(i, acc before i, acc after i) holds;
-// returns that i (*acc: after it), or hi. The lanes fetch the terms, which do not depend on the
-// walk, 32 * kWalkAhead at a time and one step ahead, into shared memory. A whole step's folds
-// then run as one straight chain (no branches: their stops are or-ed aside, and a step that hit
-// one is replayed term by term from its start, which finds the same index and acc), so what stays
-// sequential is one dependent f64 op per term.
-template <typename Value, typename Fold, typename Stop>
-__device__ int warp_walk(int lo, int hi, double* acc, Value value, Fold fold, Stop stop) {
+// Warp 0 only (all 32 lanes): *acc += value(i) for i = lo, lo + 1, ... < hi in order on every
+// lane. The lanes fetch the terms, which do not depend on the walk, 32 * kWalkAhead at a time
+// and one step ahead, into shared memory, so what stays sequential is one dependent f64 add per
+// term.
+template <typename Value>
+__device__ void warp_walk(int lo, int hi, double* acc, Value value) {
   constexpr int kStep = 32 * kWalkAhead;
   double* stage = walk_stage();
   const int lane = threadIdx.x & 31;
@@ -317,377 +293,144 @@ __device__ int warp_walk(int lo, int hi, double* acc, Value value, Fold fold, St
 #pragma unroll
     for (int u = 0; u < kWalkAhead; u++) stage[u * 32 + lane] = next[u];
     __syncwarp();
-    fetch(base + kStep);  // in flight during this step's folds
+    fetch(base + kStep);  // in flight during this step's adds
     const int count = hi - base < kStep ? hi - base : kStep;
-    const double start = a;
-    bool hit = false;
     if (count == kStep) {
 #pragma unroll
-      for (int k = 0; k < kStep; k++) {
-        const double before = a;
-        a = fold(a, stage[k]);
-        hit = hit || stop(base + k, before, a);
-      }
-    }
-    if (hit || count < kStep) {  // term by term: a stop's index, or the last step
-      a = start;
-      for (int k = 0; k < count; k++) {
-        const double before = a;
-        a = fold(a, stage[k]);
-        if (stop(base + k, before, a)) {
-          *acc = a;
-          return base + k;
-        }
-      }
+      for (int k = 0; k < kStep; k++) a += stage[k];
+    } else {
+      for (int k = 0; k < count; k++) a += stage[k];
     }
   }
   *acc = a;
-  return hi;
 }
 
-__device__ __forceinline__ double add(double a, double b) { return a + b; }
-__device__ __forceinline__ bool never(int, double, double) { return false; }
-
-// Σ value(i) for i in [lo, hi), added in order from 0 (the JS's loops); every thread gets it.
-template <typename Value>
-__device__ double block_ordered_sum(int lo, int hi, Value value) {
-  double sum = 0;
-  if (threadIdx.x < 32) warp_walk(lo, hi, &sum, value, add, never);
-  return from_thread0(sum);
-}
-
-// massOf: Σ prob[ids[i]] over [lo, hi) in order.
-__device__ double block_mass_of(const int32_t* ids, int lo, int hi, const double* prob) {
-  return block_ordered_sum(lo, hi, [&](int i) { return prob[ids[i]]; });
-}
-
-// ---- selectSmallest by the block ----
-//
-// One round of select_smallest partitions [left, right] around the pivot P with two scans: i
-// stops at "A stops", the positions with !(key < P), j at "B stops", !(key > P) (an element equal
-// to P is both; so is a NaN). Number the A stops A[0] < A[1] < ... and the B stops B[0] > B[1] >
-// ... as they are before the round. The loop's k-th swap exchanges A[k] and B[k], for exactly the
-// k < m with A[k] < B[k] (a prefix of k: A rises, B falls): a swap leaves a B element at A[k] and
-// an A element at B[k], so the next scans stop at min(A[k+1], B[k]) and max(B[k+1], A[k]), the
-// untouched stops, while A[k+1] < B[k+1]. With a = A[m-1], b = B[m-1] (left - 1, right + 1 when
-// m = 0), the scans end at i = min(A[m], b), j = max(B[m], a), except when A[m] == B[m] lies
-// strictly between a and b: one element equal to the pivot met by both scans, which the loop
-// swaps with itself, ending at i = A[m] + 1, j = A[m] - 1.
-// A[r] < B[r] holds iff more than r B stops lie after A[r] (and B[r] > A[r] iff more than r A
-// stops lie before B[r]), so prefix counts of the stops give every pair: each warp ballots its
-// run of 32-position groups into two bit masks a group and counts them, a scan over the warps
-// ranks them, a second pass over the masks alone writes the pairs' positions, and the pairs
-// (disjoint: 2m <= len) swap in parallel. A brute-force check of this against the loop, on arrays
-// with many ties and NaN keys, agreed on ~1.2M rounds.
-
-// Where select_smallest's scans stopped after a round: the next range is [left, j] or [i, right].
-struct Cut {
-  int i, j;
-};
-
-// One lane's part of a round: its A stops that pair (A[r] < B[r]), the last of them, the first of
-// its paired B stops, and its first unpaired A stop and last unpaired B stop.
-struct Stops {
-  int pairs;
-  int last_pair_a;   // INT_MIN: none
-  int first_pair_b;  // INT_MAX: none
-  int next_a;        // INT_MAX: none
-  int next_b;        // INT_MIN: none
-};
-
-__device__ __forceinline__ Stops shfl_xor(const Stops& s, int o) {
-  return {shfl_xor(s.pairs, o), shfl_xor(s.last_pair_a, o), shfl_xor(s.first_pair_b, o), shfl_xor(s.next_a, o),
-          shfl_xor(s.next_b, o)};
-}
-
-__device__ __forceinline__ Stops merge_stops(const Stops& x, const Stops& y) {
-  return {x.pairs + y.pairs, max(x.last_pair_a, y.last_pair_a), min(x.first_pair_b, y.first_pair_b),
-          min(x.next_a, y.next_a), max(x.next_b, y.next_b)};
-}
-
-// One round of select_smallest on [left, right] (right > left) of ids with their keys by
-// position (`keys`, permuted alongside), by the whole block: leaves both arrays and returns the
-// scans' stops as the sequential loop does. pos: scratch of right - left + 1 ints; masks: of
-// 2 * ceil((right - left + 1) / 32) words.
-__device__ Cut block_partition(int32_t* ids, double* keys, int left, int right, int32_t* pos, uint32_t* masks) {
-  LOOM_SHARED(Stops[kSampleWarps], parts);
-  const int mid = int((unsigned(left) + unsigned(right)) >> 1);
-  const double pivot = sampler::median_of_three(keys[left], keys[mid], keys[right]);
-  const int len = right - left + 1, half = len / 2, lane = threadIdx.x & 31;
-  int64_t g0, g1;
-  warp_groups(len, &g0, &g1);
-  // Pass 1: each group's A and B stops as two bit masks (lane order is position order), and the
-  // warp's counts, ranked by one scan over the warps (A count high, B count low).
-  uint32_t a_count = 0, b_count = 0;
-  double next[kGroupsAhead];
-  auto fetch = [&](int64_t g) {  // the keys of groups g, g + 1, ... (loads in flight meanwhile)
+// blockedSum (sampler::blocked_sum) of the terms staged by position, staged[i] for i < n: each
+// thread adds whole chunks of kSumChunk terms in order (loads batched ahead of the adds), then
+// warp 0 adds the chunk sums in order. Every thread gets the sum. chunks: ceil(n / kSumChunk).
+__device__ double block_blocked_sum(const double* staged, int n, double* chunks) {
+  constexpr int kChunk = sampler::kSumChunk, kAhead = 8;
+  const int nc = (n + kChunk - 1) / kChunk;
+  for (int c = threadIdx.x; c < nc; c += kSampleThreads) {
+    const int c0 = c * kChunk, end = n < c0 + kChunk ? n : c0 + kChunk;
+    double sum = 0;
+    int i = c0;
+    for (; i + kAhead <= end; i += kAhead) {
+      double x[kAhead];
 #pragma unroll
-    for (int u = 0; u < kGroupsAhead; u++) {
-      const int64_t p = (g + u) * 32 + lane;
-      next[u] = g + u < g1 && p < len ? keys[left + p] : 0.0;
-    }
-  };
-  fetch(g0);
-  for (int64_t g = g0; g < g1; g += kGroupsAhead) {
-    double x[kGroupsAhead];
+      for (int u = 0; u < kAhead; u++) x[u] = staged[i + u];
 #pragma unroll
-    for (int u = 0; u < kGroupsAhead; u++) x[u] = next[u];
-    fetch(g + kGroupsAhead);
-#pragma unroll
-    for (int u = 0; u < kGroupsAhead; u++) {
-      const bool in = g + u < g1 && (g + u) * 32 + lane < len;
-      const uint32_t ma = __ballot_sync(0xffffffffu, in && !(x[u] < pivot));
-      const uint32_t mb = __ballot_sync(0xffffffffu, in && !(x[u] > pivot));
-      if (lane == 0 && g + u < g1) {
-        masks[2 * (g + u)] = ma;
-        masks[2 * (g + u) + 1] = mb;
-      }
-      a_count += __popc(ma);
-      b_count += __popc(mb);
+      for (int u = 0; u < kAhead; u++) sum += x[u];
     }
-  }
-  uint64_t total;
-  const uint64_t before = warp_offsets((uint64_t(a_count) << 32) | b_count, &total);  // publishes masks
-  const int all_b = int(uint32_t(total));
-  // Pass 2, from the masks alone: pair the stops. pos[r] = A[r], pos[half + r] = B[r], r < m.
-  int a_run = int(before >> 32), b_run = int(uint32_t(before));
-  const uint32_t below = lanes_below(), upto = below | (1u << lane);
-  Stops s{0, INT_MIN, INT_MAX, INT_MAX, INT_MIN};
-  for (int64_t gb = g0; gb < g1; gb += 32) {
-    // The masks of 32 groups arrive in one load, a group a lane, and go round by shuffles.
-    uint32_t mine_a = 0, mine_b = 0;
-    if (gb + lane < g1) {
-      mine_a = masks[2 * (gb + lane)];
-      mine_b = masks[2 * (gb + lane) + 1];
-    }
-    const int groups = g1 - gb < 32 ? int(g1 - gb) : 32;
-    for (int j = 0; j < groups; j++) {
-      const uint32_t ma = __shfl_sync(0xffffffffu, mine_a, j), mb = __shfl_sync(0xffffffffu, mine_b, j);
-      const int p = left + int(gb + j) * 32 + lane;
-      const bool is_a = (ma >> lane) & 1u, is_b = (mb >> lane) & 1u;
-      const int a_before = a_run + __popc(ma & below);
-      const int b_after = all_b - (b_run + __popc(mb & upto));  // B stops after p: p's rank among them
-      if (is_a) {
-        if (b_after > a_before) {  // A[a_before] = p < B[a_before]
-          s.pairs++;
-          s.last_pair_a = p;
-          pos[a_before] = p;
-        } else if (s.next_a == INT_MAX) {
-          s.next_a = p;
-        }
-      }
-      if (is_b) {
-        if (a_before > b_after) {  // A[b_after] < p = B[b_after]
-          if (s.first_pair_b == INT_MAX) s.first_pair_b = p;
-          pos[half + b_after] = p;
-        } else {
-          s.next_b = p;
-        }
-      }
-      a_run += __popc(ma);
-      b_run += __popc(mb);
-    }
-  }
-  const Stops t = block_fold(s, merge_stops, parts);  // its barriers publish pos
-  // The pairs are disjoint: they swap in parallel, kSwapsAhead a thread with their loads first.
-  for (int k0 = threadIdx.x; k0 < t.pairs; k0 += kSwapsAhead * kSampleThreads) {
-    int pa[kSwapsAhead], pb[kSwapsAhead];
-    int32_t ia[kSwapsAhead] = {}, ib[kSwapsAhead] = {};
-    double ka[kSwapsAhead] = {}, kb[kSwapsAhead] = {};
-#pragma unroll
-    for (int u = 0; u < kSwapsAhead; u++) {
-      const int k = k0 + u * kSampleThreads;
-      pa[u] = k < t.pairs ? pos[k] : -1;
-      pb[u] = k < t.pairs ? pos[half + k] : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < kSwapsAhead; u++)
-      if (pa[u] >= 0) {
-        ia[u] = ids[pa[u]];
-        ib[u] = ids[pb[u]];
-        ka[u] = keys[pa[u]];
-        kb[u] = keys[pb[u]];
-      }
-#pragma unroll
-    for (int u = 0; u < kSwapsAhead; u++)
-      if (pa[u] >= 0) {
-        ids[pa[u]] = ib[u];
-        keys[pa[u]] = kb[u];
-        ids[pb[u]] = ia[u];
-        keys[pb[u]] = ka[u];
-      }
+    for (; i < end; i++) sum += staged[i];
+    chunks[c] = sum;
   }
   __syncthreads();
-  const int a = t.pairs > 0 ? t.last_pair_a : left - 1, bb = t.pairs > 0 ? t.first_pair_b : right + 1;
-  if (t.next_a == t.next_b && a < t.next_a && t.next_a < bb) return {t.next_a + 1, t.next_a - 1};
-  return {min(t.next_a, bb), max(t.next_b, a)};
+  double total = 0;
+  if (threadIdx.x < 32) warp_walk(0, nc, &total, [&](int c) { return chunks[c]; });
+  return from_thread0(total);
 }
 
-// select_smallest's loop from [left, right] on ids with keys by position: thread 0 finishing a
-// small range in shared memory.
-__device__ void serial_select(int32_t* ids, double* keys, int left, int right, int target) {
-  while (right > left) {
-    const int mid = int((unsigned(left) + unsigned(right)) >> 1);
-    const double pivot = sampler::median_of_three(keys[left], keys[mid], keys[right]);
-    int i = left, j = right;
-    while (i <= j) {
-      while (keys[i] < pivot) i++;
-      while (keys[j] > pivot) j--;
-      if (i <= j) {
-        const int32_t id = ids[i];
-        const double key = keys[i];
-        ids[i] = ids[j];
-        keys[i] = keys[j];
-        ids[j] = id;
-        keys[j] = key;
-        i++;
-        j--;
+// ---- exact masses ----
+
+// A probability in mass units (sampler::mass_units) as an integer: floor(p · 2^52) is exact in
+// f64 and below 2^53, so the integer sums below are the JS's f64 sums in any order.
+__device__ __forceinline__ uint64_t units(double p) { return uint64_t(sampler::mass_units(p)); }
+
+// f64 bits mapped so that unsigned order is numeric order, with -0 taken as +0 (the JS compares
+// them equal, and ties go to the smaller id).
+__device__ __forceinline__ uint64_t order_key64(double d) {
+  const uint64_t u = uint64_t(__double_as_longlong(d + 0.0));
+  return (u >> 63) ? ~u : (u | (uint64_t(1) << 63));
+}
+
+// Digit `d` (0: most significant) of the (key, id) order's 96-bit composite, 8 bits a digit:
+// digits 0-7 from the key, 8-11 from the id.
+constexpr int kCompositeDigits = 12;
+__device__ __forceinline__ int composite_digit(double key, int32_t id, int d) {
+  return d < 8 ? int((order_key64(key) >> (56 - 8 * d)) & 0xff) : int((uint32_t(id) >> (24 - 8 * (d - 8))) & 0xff);
+}
+
+// massPrefix (sampler::mass_prefix) over ids[0, n) (ascending) with keys by position in
+// s.stage: the kept count, the kept ids left in ascending order. The boundary — the first
+// candidate in (key, id) order whose cumulative mass reaches `mass` — is found by a radix select
+// on the composite: per digit, a histogram of the survivors' masses (exact, so shared atomics in
+// any order are fine), the bucket where the mass before the survivors plus the buckets so far
+// reaches the target, and the survivors in it compacted. Each thread adds runs of equal digits
+// locally first: most candidates share the first digits (small probabilities), which would
+// otherwise queue on one shared address.
+__device__ int block_mass_prefix(const sampler::RowScratch& s, int n, double mass) {
+  LOOM_SHARED(unsigned long long[256], hist);
+  LOOM_SHARED(unsigned long long, picked_base);
+  LOOM_SHARED(int, picked);
+  const double target = mass * sampler::kMassScale;
+  const int32_t* from = nullptr;  // survivors' positions (null: every position < count)
+  int count = n;
+  uint64_t base = 0;  // mass of the candidates before every survivor
+  for (int d = 0; d < kCompositeDigits && count > 1; d++) {
+    for (int b = threadIdx.x; b < 256; b += kSampleThreads) hist[b] = 0;
+    __syncthreads();
+    int run_digit = -1;
+    uint64_t run_mass = 0;
+    for (int j = threadIdx.x; j < count; j += kSampleThreads) {
+      const int i = from ? from[j] : j;
+      const int32_t id = s.ids[i];
+      const int digit = composite_digit(s.stage[i], id, d);
+      if (digit != run_digit) {
+        if (run_digit >= 0 && run_mass > 0) atomicAdd(&hist[run_digit], (unsigned long long)run_mass);
+        run_digit = digit;
+        run_mass = 0;
       }
+      run_mass += units(s.prob[id]);
     }
-    if (target <= j)
-      right = j;
-    else if (target >= i)
-      left = i;
-    else
-      return;
-  }
-}
-
-// select_smallest's rounds from [left, right] (at most kSharedSelect elements) in shared memory.
-// Positions shift by `left` there, which changes no midpoint: (l + r) / 2 shifts with them.
-__device__ void shared_select(int32_t* ids, double* keys, int left, int right, int target) {
-  LOOM_SHARED(int32_t[kSharedSelect], s_ids);
-  LOOM_SHARED(double[kSharedSelect], s_keys);
-  LOOM_SHARED(int32_t[kSharedSelect], s_pos);
-  LOOM_SHARED(uint32_t[kSharedSelect / 16], s_masks);
-  if (right <= left) return;
-  const int len = right - left + 1;
-  for (int p = threadIdx.x; p < len; p += kSampleThreads) {
-    s_ids[p] = ids[left + p];
-    s_keys[p] = keys[left + p];
-  }
-  __syncthreads();
-  int l = 0, r = len - 1;
-  const int t = target - left;
-  bool open = true;
-  while (open && r - l + 1 > kSerialSelect) {
-    const Cut c = block_partition(s_ids, s_keys, l, r, s_pos, s_masks);
-    if (t <= c.j)
-      r = c.j;
-    else if (t >= c.i)
-      l = c.i;
-    else
-      open = false;
-  }
-  if (open && threadIdx.x == 0) serial_select(s_ids, s_keys, l, r, t);
-  __syncthreads();
-  for (int p = threadIdx.x; p < len; p += kSampleThreads) {
-    ids[left + p] = s_ids[p];
-    keys[left + p] = s_keys[p];
-  }
-  __syncthreads();
-}
-
-// selectSmallest by the block: the same permutation of ids[lo, hi) as sampler::select_smallest
-// (its rounds, one by one, each done in parallel). keys[p] is key[ids[p]] on [lo, hi) and stays
-// so. pos and masks: scratch (RowScratch's).
-__device__ void block_select_smallest(int32_t* ids, double* keys, int lo, int hi, int k, int32_t* pos,
-                                      uint32_t* masks) {
-  if (k <= 0 || k >= hi - lo) return;
-  const int target = lo + k - 1;
-  int left = lo, right = hi - 1;
-  while (right - left + 1 > kSharedSelect) {
-    const Cut c = block_partition(ids, keys, left, right, pos, masks);
-    if (target <= c.j)
-      right = c.j;
-    else if (target >= c.i)
-      left = c.i;
-    else
-      return;
-  }
-  shared_select(ids, keys, left, right, target);
-}
-
-// sort_range for hi - lo <= kSortBelow (its insertion sort), by thread 0 on shared copies; keys
-// by position, kept so.
-__device__ void small_sort(int32_t* ids, double* keys, int lo, int hi) {
-  LOOM_SHARED(int32_t[sampler::kSortBelow], v);
-  LOOM_SHARED(double[sampler::kSortBelow], kv);
-  const int n = hi - lo;
-  if (int(threadIdx.x) < n) {
-    v[threadIdx.x] = ids[lo + threadIdx.x];
-    kv[threadIdx.x] = keys[lo + threadIdx.x];
-  }
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int i = 1; i < n; i++) {
-      const int32_t x = v[i];
-      const double kx = kv[i];
-      int j = i;
-      for (; j > 0 && (kx < kv[j - 1] || (kx == kv[j - 1] && x < v[j - 1])); j--) {  // key_before
-        v[j] = v[j - 1];
-        kv[j] = kv[j - 1];
+    if (run_digit >= 0 && run_mass > 0) atomicAdd(&hist[run_digit], (unsigned long long)run_mass);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      uint64_t cum = base;
+      int b = 0;
+      for (; b < 256; b++) {
+        if (double(cum + hist[b]) >= target) break;
+        cum += hist[b];
       }
-      v[j] = x;
-      kv[j] = kx;
+      picked = b;  // 256: the survivors never reach the mass (only at digit 0: keep everything)
+      picked_base = cum;
     }
-  __syncthreads();
-  if (int(threadIdx.x) < n) {
-    ids[lo + threadIdx.x] = v[threadIdx.x];
-    keys[lo + threadIdx.x] = kv[threadIdx.x];
+    __syncthreads();
+    const int digit = picked;
+    base = picked_base;
+    if (digit == 256) return n;
+    int32_t* to = from == s.tmp ? s.tmp2 : s.tmp;
+    const int32_t* src = from;
+    count = compact_items(
+        count,
+        [&](int64_t j) {
+          const int i = src ? src[j] : int(j);
+          return composite_digit(s.stage[i], s.ids[i], d) == digit;
+        },
+        [&](int64_t j) { return src ? src[j] : int32_t(j); }, to);
+    from = to;
   }
+  const int at = from ? from[0] : 0;
+  const double bkey = s.stage[at];
+  const int32_t bid = s.ids[at];
+  // Every candidate up to the boundary in (key, id) order, in id order: compact_ids over
+  // positions, so the keys by position are read before the ids move.
+  const double* keys = s.stage;
+  const int32_t* ids = s.ids;
+  const int kept = compact_items(
+      n, [&](int64_t i) { return keys[i] < bkey || (keys[i] == bkey && ids[i] <= bid); },
+      [&](int64_t i) { return ids[i]; }, s.tmp);
+  for (int i = threadIdx.x; i < kept; i += kSampleThreads) s.ids[i] = s.tmp[i];
   __syncthreads();
+  return kept;
 }
 
 // ---- the warpers by the block (sampler-core.h's: the same candidates, order and prob) ----
-//
-// They order candidates by s.keys_at, the key by position (key[ids[p]] of the port), which the
-// selections keep aligned as they move ids: no gathers through ids, and s.key goes unused.
 
-// crossing.
-__device__ int block_crossing(const sampler::RowScratch& s, int lo, int hi, double mass, double cumulative) {
-  while (hi - lo > sampler::kSortBelow) {
-    const int mid = int((unsigned(lo) + unsigned(hi)) >> 1);
-    block_select_smallest(s.ids, s.keys_at, lo, hi, mid - lo, s.pos, s.masks);
-    const double half = block_mass_of(s.ids, lo, mid, s.prob);
-    if (cumulative + half >= mass) {
-      hi = mid;
-    } else {
-      cumulative += half;
-      lo = mid;
-    }
-  }
-  small_sort(s.ids, s.keys_at, lo, hi);
-  int cut = hi;
-  if (threadIdx.x < 32)
-    cut = warp_walk(lo, hi, &cumulative, [&](int i) { return s.prob[s.ids[i]]; }, add,
-                    [&](int i, double before, double) { return i > 0 && before >= mass; });
-  return from_thread0(cut);
-}
-
-// massPrefix over ids[0, n) by s.keys_at.
-__device__ int block_mass_prefix(const sampler::RowScratch& s, int n, double mass) {
-  int lo = 0;
-  double cumulative = 0;
-  int chunk = 64;
-  while (lo < n) {
-    const int hi = n < lo + chunk ? n : lo + chunk;
-    block_select_smallest(s.ids, s.keys_at, lo, n, hi - lo, s.pos, s.masks);
-    const double chunk_mass = block_mass_of(s.ids, lo, hi, s.prob);
-    if (cumulative + chunk_mass < mass && hi < n) {
-      cumulative += chunk_mass;
-      lo = hi;
-      chunk *= 4;
-      continue;
-    }
-    return block_crossing(s, lo, hi, mass, cumulative);
-  }
-  return n;
-}
-
-// softmaxOver (n >= 1): prob[id] = exp(values[id] - max) / Σ, the Σ in ids order; returns
-// max + log Σ. The exps are staged by position in `staged` [n] for the ordered sum.
-__device__ double block_softmax(const int32_t* ids, int n, const float* values, double* prob, double* staged) {
+// softmaxOver (n >= 1): prob[id] = exp(values[id] - max) / Σ, the Σ blocked in ids order;
+// returns max + log Σ. The exps are staged by position in s.stage.
+__device__ double block_softmax(const sampler::RowScratch& s, int n, const float* values) {
+  const int32_t* ids = s.ids;
   Ranked top{-INFINITY, INT_MAX};
   for_candidates(
       ids, n, [&](int, int32_t id) { return double(values[id]); },
@@ -697,35 +440,13 @@ __device__ double block_softmax(const int32_t* ids, int n, const float* values, 
   const double mx = block_first_max(top);
   for_candidates(
       ids, n, [&](int, int32_t id) { return double(values[id]); },
-      [&](int i, int32_t id, double x) {
-        const double e = js::exp(x - mx);
-        prob[id] = e;
-        staged[i] = e;
-      });
+      [&](int i, int32_t, double x) { s.stage[i] = js::exp(x - mx); });
   __syncthreads();
-  const double sum = block_ordered_sum(0, n, [&](int i) { return staged[i]; });
+  const double sum = block_blocked_sum(s.stage, n, s.chunks);
   for_candidates(
-      ids, n, [&](int i, int32_t) { return staged[i]; }, [&](int, int32_t id, double e) { prob[id] = e / sum; });
+      ids, n, [&](int i, int32_t) { return s.stage[i]; }, [&](int, int32_t id, double e) { s.prob[id] = e / sum; });
   __syncthreads();
   return mx + js::log(sum);
-}
-
-// topK's keep for k > kHeapSelectMax: the k smallest -work by selectSmallest, their minimum
-// work as the threshold, partitionAtLeast's kept prefix.
-__device__ int block_top_k_keep(const sampler::RowScratch& s, int n, int k) {
-  for_candidates(
-      s.ids, n, [&](int, int32_t id) { return s.work[id]; },
-      [&](int i, int32_t, float w) { s.keys_at[i] = -double(w); });
-  __syncthreads();
-  block_select_smallest(s.ids, s.keys_at, 0, n, k, s.pos, s.masks);
-  double threshold = INFINITY;  // Math.min over the k (no NaN; ±0 compare equal below)
-  for (int i = threadIdx.x; i < k; i += kSampleThreads) {
-    const double x = s.work[s.ids[i]];
-    threshold = x < threshold ? x : threshold;
-  }
-  threshold = block_min(threshold);
-  const float* work = s.work;
-  return compact_ids(s.ids, n, [&](int32_t id) { return double(work[id]) >= threshold; }, s.pos);
 }
 
 // applyTemperature.
@@ -748,54 +469,80 @@ __device__ void block_temperature(float* work, const int32_t* ids, int n, double
   __syncthreads();
 }
 
-// topP.
+// topP: keys -prob by position.
 __device__ int block_top_p(const sampler::RowScratch& s, int n, double p) {
   if (p >= 1 || n <= 1) return n;
-  block_softmax(s.ids, n, s.work, s.prob, s.keys_at);
+  block_softmax(s, n, s.work);
   for_candidates(
-      s.ids, n, [&](int, int32_t id) { return s.prob[id]; }, [&](int i, int32_t, double p) { s.keys_at[i] = -p; });
+      s.ids, n, [&](int, int32_t id) { return s.prob[id]; }, [&](int i, int32_t, double p) { s.stage[i] = -p; });
   __syncthreads();
   return block_mass_prefix(s, n, p);
 }
 
-// typicalP: the entropy summed in ids order (its terms in parallel, js_mul as the port).
+// typicalP: the entropy blocked in ids order (its terms in parallel, js_mul as the port), then
+// keys |-log p - H| by position.
 __device__ int block_typical_p(const sampler::RowScratch& s, int n, double mass) {
   if (mass >= 1 || n <= 1) return n;
-  const double log_norm = block_softmax(s.ids, n, s.work, s.prob, s.keys_at);
-  double entropy = 0;
-  if (threadIdx.x < 32)
-    warp_walk(
-        0, n, &entropy,
-        [&](int i) {
-          const int32_t id = s.ids[i];
-          const double p = s.prob[id];
-          return p > 0 ? js::js_mul(p, double(s.work[id]) - log_norm) : 0.0;
-        },
-        [](double e, double term) { return e - term; },  // x - (+0) is x, bit for bit: the skipped terms
-        never);
-  entropy = from_thread0(entropy);
+  const double log_norm = block_softmax(s, n, s.work);
+  for_candidates(
+      s.ids, n, [&](int, int32_t id) { return s.prob[id]; },
+      [&](int i, int32_t id, double p) { s.stage[i] = p > 0 ? js::js_mul(p, double(s.work[id]) - log_norm) : 0.0; });
+  __syncthreads();
+  const double entropy = -block_blocked_sum(s.stage, n, s.chunks);
   for_candidates(
       s.ids, n, [&](int, int32_t id) { return double(s.work[id]); },
       [&](int i, int32_t, double w) {
         const double d = log_norm - w - entropy;
-        s.keys_at[i] = d < 0 ? -d : d;  // Math.abs
+        s.stage[i] = d < 0 ? -d : d;  // Math.abs
       });
   __syncthreads();
   return block_mass_prefix(s, n, mass);
 }
 
-// TokenSampler.draw (n >= 1): the inverse CDF walked in order by warp 0.
-__device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uint64_t seed, uint64_t draws) {
-  int at = n;
-  if (threadIdx.x < 32) {
-    sampler::Stream st = sampler::stream_at(seed, draws);
-    const double u = sampler::next_float(&st);
-    double cumulative = 0;
-    at = warp_walk(0, n, &cumulative, [&](int i) { return prob[ids[i]]; }, add,
-                   [&](int, double, double after) { return u < after; });
+// Inclusive prefix sum of `v` over the lanes of the calling warp.
+__device__ __forceinline__ uint64_t warp_inclusive_scan(uint64_t v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t got = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += got;
   }
-  at = from_thread0(at);
-  return ids[at < n ? at : n - 1];
+  return v;
+}
+
+// TokenSampler.draw (n >= 1): the inverse CDF over ids[0, n) in mass units. Each thread sums a
+// contiguous segment, a block scan places the segments (integers: exact), and the thread whose
+// segment holds u · total walks it.
+__device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uint64_t seed, uint64_t draws) {
+  LOOM_SHARED(int32_t, chosen);
+  const int per = (n + kSampleThreads - 1) / kSampleThreads;
+  const int i0 = int(threadIdx.x) * per < n ? int(threadIdx.x) * per : n;
+  const int i1 = i0 + per < n ? i0 + per : n;
+  uint64_t mine = 0;
+  for (int i = i0; i < i1; i++) mine += units(prob[ids[i]]);
+  const uint64_t lanes_incl = warp_inclusive_scan(mine);
+  uint64_t total;
+  const uint64_t warp_before = warp_offsets(__shfl_sync(0xffffffffu, lanes_incl, 31), &total);
+  const uint64_t before = warp_before + lanes_incl - mine;
+  double u = 0;
+  if (threadIdx.x == 0) {
+    sampler::Stream st = sampler::stream_at(seed, draws);
+    u = sampler::next_float(&st);
+    chosen = ids[n - 1];  // the JS's fallback: no cumulative mass passes u · total
+  }
+  const double target = js::js_mul(from_thread0(u), double(total));  // from_thread0 also orders `chosen`
+  if (i0 < i1 && double(before) <= target && target < double(before + mine)) {
+    uint64_t cumulative = before;
+    for (int i = i0; i < i1; i++) {
+      cumulative += units(prob[ids[i]]);
+      if (double(cumulative) > target) {
+        chosen = ids[i];
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return chosen;
 }
 
 // ---- the kernel ----
@@ -838,13 +585,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     int n = compact(V, s.ids, [&](int64_t v) { return work[v] > -INFINITY; });
     const int k = p.top_k;
     if (n > 0 && k > 0 && k < n) {
-      if (k <= sampler::kHeapSelectMax) {
-        // partitionAtLeast keeps the candidates at or above the k-th value in id order.
-        const float threshold = float(kth_largest(work, s.ids, n, k, hist, words));
-        n = compact(V, s.ids, [&](int64_t v) { return work[v] > -INFINITY && work[v] >= threshold; });
-      } else {
-        n = block_top_k_keep(s, n, k);
-      }
+      // partitionAtLeast keeps the candidates at or above the k-th value in id order (the heap
+      // or, for k > kHeapSelectMax, a selection by position: either way only the value matters).
+      const float threshold = float(kth_largest(work, s.ids, n, k, hist, words));
+      n = compact(V, s.ids, [&](int64_t v) { return work[v] > -INFINITY && work[v] >= threshold; });
     }
     // warp_after_top_k, then the draw.
     int32_t id = -1;
@@ -852,7 +596,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       block_temperature(s.work, s.ids, n, p.temperature);
       n = block_top_p(s, n, p.top_p);
       n = block_typical_p(s, n, p.typical_p);
-      block_softmax(s.ids, n, s.work, s.prob, s.keys_at);
+      block_softmax(s, n, s.work);
       id = block_draw(s.ids, n, s.prob, p.seed, p.draws);
     }
     if (threadIdx.x == 0) chosen = id;

@@ -128,11 +128,11 @@ struct SampleParams {
 };
 
 // Scratch of one row of Device::sample: the working logits (f32), candidate ids (i32), an order
-// key and probabilities (f64), each [V], and the cuda kernel's selection scratch (keys by
-// position, f64 [V], positions, i32 [V], and two bit masks per 32 tokens), rounded up to 256
-// bytes (reference/sampler-core.h carves it).
+// key and probabilities (f64), each [V], and the cuda kernel's scratch (terms by position, f64
+// [V], chunk sums, f64 [ceil(V / 256)], two id lists, i32 [V] each), rounded up to 256 bytes
+// (reference/sampler-core.h carves it).
 inline int64_t sample_row_scratch_bytes(int64_t V) {
-  return (V * (4 + 4 + 8 + 8 + 8 + 4) + (V + 31) / 32 * 8 + 255) / 256 * 256;
+  return (V * (4 + 4 + 8 + 8 + 8 + 4 + 4) + (V + 255) / 256 * 8 + 255) / 256 * 256;
 }
 
 // The op set. Every entry: a "Semantics:" pseudo-loop and the argument shapes.

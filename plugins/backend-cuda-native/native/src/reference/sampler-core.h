@@ -9,9 +9,11 @@
 //   in the same order, and values the JS stores into a Float32Array are rounded to f32 here;
 // - Math.exp / Math.log are fdlibm's (js-math.h), not the C library's;
 // - no FMA contraction (JS never fuses): js_mul on the device, the pragma below on the host;
-// - the candidate order the JS leaves behind (its quickselect's partitions) decides which token an
-//   inverse-CDF draw lands on, so select_smallest, mass_prefix and friends are the same algorithms
-//   with the same pivots and the same tie-breaking, not merely equivalent ones.
+// - the sums that decide a token are defined so that order does not matter or is fixed
+//   (blocked-sum.ts): the softmax's Σ and typical-p's entropy are blocked (kSumChunk terms a
+//   chunk), and probability masses are exact integers (mass_units); candidates stay in id order;
+//   selections order by (key, id), a strict total order. So the cuda kernel may find the same
+//   sets and sums by any parallel route, and this port need not copy the JS's pivots.
 // Each function names the TS function it mirrors.
 #pragma once
 
@@ -20,6 +22,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -28,12 +32,32 @@
 namespace loom {
 namespace sampler {
 
-// kth-largest.ts HEAP_SELECT_MAX; mass-prefix.ts SORT_BELOW.
+// kth-largest.ts HEAP_SELECT_MAX; mass-prefix.ts SORT_BELOW; blocked-sum.ts SUM_CHUNK, MASS_SCALE.
 constexpr int kHeapSelectMax = 1024;
 constexpr int kSortBelow = 32;
+constexpr int kSumChunk = 256;
+constexpr double kMassScale = 4503599627370496.0;  // 2^52
 
 LOOM_HD double inf() { return __builtin_huge_val(); }
 LOOM_HD bool is_nan(double x) { return x != x; }
+
+// ---- blocked-sum.ts ----
+
+// massUnits: floor(p · 2^52), an exact integer (p in [0, 1]); sums of them are exact below 2^53.
+LOOM_HD double mass_units(double p) { return floor(p * kMassScale); }
+
+// blockedSum: chunks of kSumChunk terms, each added in order from 0, then the chunk sums in order.
+template <typename Term>
+LOOM_HD double blocked_sum(int n, Term term) {
+  double total = 0;
+  for (int c = 0; c < n; c += kSumChunk) {
+    const int end = n < c + kSumChunk ? n : c + kSumChunk;
+    double chunk = 0;
+    for (int i = c; i < end; i++) chunk += term(i);
+    total += chunk;
+  }
+  return total;
+}
 
 // ---- rng.ts ----
 
@@ -83,23 +107,30 @@ LOOM_HD Stream stream_at(uint64_t seed, uint64_t draws) {
 
 // ---- select.ts ----
 
-LOOM_HD double median_of_three(double a, double b, double c) {
-  if (a < b) return b < c ? b : a < c ? c : a;
-  return a < c ? a : b < c ? c : b;
+// The selections' order: ascending key, ties by ascending id. A strict total order for non-NaN
+// keys, so any correct selection or sort gives the JS result.
+LOOM_HD bool key_before(const double* key, int32_t a, int32_t b) {
+  return key[a] < key[b] || (key[a] == key[b] && a < b);
 }
 
-// selectSmallest: ids[lo, lo + k) get the k smallest key[id] (Hoare partition, median of three).
+// The id among three that is second in key_before's order.
+LOOM_HD int32_t median_of_three(const double* key, int32_t a, int32_t b, int32_t c) {
+  if (key_before(key, a, b)) return key_before(key, b, c) ? b : key_before(key, a, c) ? c : a;
+  return key_before(key, a, c) ? a : key_before(key, b, c) ? c : b;
+}
+
+// selectSmallest: ids[lo, lo + k) get the k first ids in key_before's order (Hoare partition).
 LOOM_HD void select_smallest(int32_t* ids, int lo, int hi, int k, const double* key) {
   if (k <= 0 || k >= hi - lo) return;
   const int target = lo + k - 1;
   int left = lo, right = hi - 1;
   while (right > left) {
     const int mid = int((unsigned(left) + unsigned(right)) >> 1);
-    const double pivot = median_of_three(key[ids[left]], key[ids[mid]], key[ids[right]]);
+    const int32_t pivot = median_of_three(key, ids[left], ids[mid], ids[right]);
     int i = left, j = right;
     while (i <= j) {
-      while (key[ids[i]] < pivot) i++;
-      while (key[ids[j]] > pivot) j--;
+      while (key_before(key, ids[i], pivot)) i++;
+      while (key_before(key, pivot, ids[j])) j--;
       if (i <= j) {
         const int32_t tmp = ids[i];
         ids[i] = ids[j];
@@ -117,12 +148,7 @@ LOOM_HD void select_smallest(int32_t* ids, int lo, int hi, int k, const double* 
   }
 }
 
-// sortRange's order: ascending key, ties by ascending id. A strict total order for non-NaN keys,
-// so any correct sort gives the JS result; heapsort needs no recursion or extra memory.
-LOOM_HD bool key_before(const double* key, int32_t a, int32_t b) {
-  return key[a] < key[b] || (key[a] == key[b] && a < b);
-}
-
+// sortRange (key_before's order; heapsort needs no recursion or extra memory).
 LOOM_HD void sift_down(int32_t* v, int at, int n, const double* key) {
   for (;;) {
     int child = 2 * at + 1;
@@ -156,6 +182,34 @@ LOOM_HD void sort_range(int32_t* ids, int lo, int hi, const double* key) {
     v[end] = t;
     sift_down(v, 0, end, key);
   }
+}
+
+// ids[0, n) in ascending order (the kept prefix's `.sort()`): std::sort on the host, heapsort
+// (no recursion, no memory) on a device.
+LOOM_HD void sort_ids(int32_t* v, int n) {
+#if !defined(__CUDA_ARCH__)
+  std::sort(v, v + n);
+#else
+  auto sift = [v](int at, int end) {
+    for (;;) {
+      int child = 2 * at + 1;
+      if (child >= end) return;
+      if (child + 1 < end && v[child] < v[child + 1]) child++;
+      if (v[at] >= v[child]) return;
+      const int32_t t = v[at];
+      v[at] = v[child];
+      v[child] = t;
+      at = child;
+    }
+  };
+  for (int i = n / 2 - 1; i >= 0; i--) sift(i, n);
+  for (int end = n - 1; end > 0; end--) {
+    const int32_t t = v[0];
+    v[0] = v[end];
+    v[end] = t;
+    sift(0, end);
+  }
+#endif
 }
 
 // ---- kth-largest.ts ----
@@ -208,20 +262,16 @@ LOOM_HD int partition_at_least(const float* values, int32_t* ids, int n, double 
 
 // ---- softmax.ts ----
 
-// softmaxOver: prob[id] = exp(values[id] - max) / Σ over ids[0, n); returns max + log Σ.
+// softmaxOver: prob[id] = exp(values[id] - max) / Σ over ids[0, n), Σ blocked; returns
+// max + log Σ.
 LOOM_HD double softmax_over(const int32_t* ids, int n, const float* values, double* prob) {
   double max = -inf();
   for (int i = 0; i < n; i++) {
     const double x = values[ids[i]];
     if (x > max) max = x;
   }
-  double sum = 0;
-  for (int i = 0; i < n; i++) {
-    const int32_t id = ids[i];
-    const double e = js::exp(double(values[id]) - max);
-    prob[id] = e;
-    sum += e;
-  }
+  for (int i = 0; i < n; i++) prob[ids[i]] = js::exp(double(values[ids[i]]) - max);
+  const double sum = blocked_sum(n, [&](int i) { return prob[ids[i]]; });
   for (int i = 0; i < n; i++) prob[ids[i]] /= sum;
   return max + js::log(sum);
 }
@@ -239,13 +289,14 @@ LOOM_HD double log_sum_exp(const float* row, int64_t V) {
 
 // ---- mass-prefix.ts ----
 
+// massOf, in mass units.
 LOOM_HD double mass_of(const int32_t* ids, int lo, int hi, const double* prob) {
   double sum = 0;
-  for (int i = lo; i < hi; i++) sum += prob[ids[i]];
+  for (int i = lo; i < hi; i++) sum += mass_units(prob[ids[i]]);
   return sum;
 }
 
-// crossing: the cut inside ids[lo, hi) given `cumulative` mass before lo.
+// crossing: the cut inside ids[lo, hi) given `cumulative` mass before lo (mass units).
 LOOM_HD int crossing(int32_t* ids, int lo, int hi, const double* key, const double* prob, double mass,
                      double cumulative) {
   while (hi - lo > kSortBelow) {
@@ -262,13 +313,14 @@ LOOM_HD int crossing(int32_t* ids, int lo, int hi, const double* key, const doub
   sort_range(ids, lo, hi, key);
   for (int i = lo; i < hi; i++) {
     if (i > 0 && cumulative >= mass) return i;
-    cumulative += prob[ids[i]];
+    cumulative += mass_units(prob[ids[i]]);
   }
   return hi;
 }
 
-// massPrefix: length of the shortest ascending-key prefix of ids[0, n) whose mass reaches `mass`.
-LOOM_HD int mass_prefix(int32_t* ids, int n, const double* key, const double* prob, double mass) {
+// prefixLength: the shortest key_before-ordered prefix of ids[0, n) whose mass (units) reaches
+// `mass`; leaves that prefix in ids[0, result).
+LOOM_HD int prefix_length(int32_t* ids, int n, const double* key, const double* prob, double mass) {
   int lo = 0;
   double cumulative = 0;
   int chunk = 64;
@@ -287,34 +339,43 @@ LOOM_HD int mass_prefix(int32_t* ids, int n, const double* key, const double* pr
   return n;
 }
 
+// massPrefix: the prefix above for a probability `mass`, kept in ascending id order.
+LOOM_HD int mass_prefix(int32_t* ids, int n, const double* key, const double* prob, double mass) {
+  const int kept = prefix_length(ids, n, key, prob, mass * kMassScale);
+  sort_ids(ids, kept);
+  return kept;
+}
+
 // ---- the warpers ----
 
-// A row's scratch (candidates.ts WarpScratch plus the working copy), each [V]. The last three
-// serve only the cuda kernel's block-parallel selection (sampler-kernels.cuh): the candidates'
-// keys by position (keys_at[p] = key[ids[p]], moved with the ids), the positions a round swaps,
-// and its two bit masks per 32 positions ([2 * ceil(V / 32)]); this port leaves them alone.
+// A row's scratch (candidates.ts WarpScratch plus the working copy), each [V] unless said. The
+// last four serve only the cuda kernel's block-parallel steps (sampler-kernels.cuh): terms and
+// keys by candidate position (f64), blockedSum's chunk sums ([ceil(V / kSumChunk)]) and two id
+// lists for compactions and the radix select's survivors; this port leaves them alone.
 struct RowScratch {
   float* work;
   int32_t* ids;
   double* key;
   double* prob;
-  double* keys_at;
-  int32_t* pos;
-  uint32_t* masks;
+  double* stage;
+  double* chunks;
+  int32_t* tmp;
+  int32_t* tmp2;
 };
 
-// Carve one row's scratch out of sample_row_scratch_bytes(V) bytes (prob, key, work, ids,
-// keys_at, pos, masks: 24 bytes a token before keys_at, so each array is aligned to its element
-// size).
+// Carve one row's scratch out of sample_row_scratch_bytes(V) bytes: the f64 arrays first (prob,
+// key, stage, chunks), then the 4-byte ones (work, ids, tmp, tmp2), so each is aligned to its
+// element size.
 LOOM_HD RowScratch row_scratch(void* base, int64_t V) {
   double* prob = static_cast<double*>(base);
   double* key = prob + V;
-  float* work = reinterpret_cast<float*>(key + V);
+  double* stage = key + V;
+  double* chunks = stage + V;
+  float* work = reinterpret_cast<float*>(chunks + (V + kSumChunk - 1) / kSumChunk);
   int32_t* ids = reinterpret_cast<int32_t*>(work + V);
-  double* keys_at = reinterpret_cast<double*>(ids + V);
-  int32_t* pos = reinterpret_cast<int32_t*>(keys_at + V);
-  uint32_t* masks = reinterpret_cast<uint32_t*>(pos + V);
-  return {work, ids, key, prob, keys_at, pos, masks};
+  int32_t* tmp = ids + V;
+  int32_t* tmp2 = tmp + V;
+  return {work, ids, key, prob, stage, chunks, tmp, tmp2};
 }
 
 // collectCandidates: every id with work > -inf (NaN excluded), in id order.
@@ -339,25 +400,21 @@ LOOM_HD int32_t argmax(const float* work, int64_t n) {
   return best;
 }
 
-// topK (top-k.ts) from the k-th largest value (`threshold`, however it was found: the heap, or
-// the caller's own selection for k <= kHeapSelectMax, where only the value matters).
-LOOM_HD int top_k_keep(const RowScratch& s, int n, int k, double threshold) {
-  if (k > kHeapSelectMax) {
-    for (int i = 0; i < n; i++) s.key[s.ids[i]] = -double(s.work[s.ids[i]]);
-    select_smallest(s.ids, 0, n, k, s.key);
-    threshold = inf();
-    for (int i = 0; i < k; i++) {
-      const double x = s.work[s.ids[i]];
-      threshold = x < threshold ? x : threshold;  // Math.min (no NaN among candidates)
-    }
-  }
-  return partition_at_least(s.work, s.ids, n, threshold);
-}
-
+// topK (top-k.ts): the k-th largest value by the heap, or above kHeapSelectMax by a selection
+// of a copy by position (only the value matters, so std::nth_element gives the JS's), then
+// partitionAtLeast, which keeps the candidates' id order.
 LOOM_HD int top_k(const RowScratch& s, int n, int k) {
   if (k <= 0 || k >= n) return n;
-  const double threshold = k <= kHeapSelectMax ? kth_largest_of(s.work, s.ids, n, k, s.key) : 0.0;
-  return top_k_keep(s, n, k, threshold);
+  double threshold;
+#if !defined(__CUDA_ARCH__)
+  if (k > kHeapSelectMax) {
+    for (int i = 0; i < n; i++) s.key[i] = s.work[s.ids[i]];
+    std::nth_element(s.key, s.key + (k - 1), s.key + n, [](double a, double b) { return a > b; });
+    threshold = s.key[k - 1];
+  } else
+#endif
+    threshold = kth_largest_of(s.work, s.ids, n, k, s.key);
+  return partition_at_least(s.work, s.ids, n, threshold);
 }
 
 // applyTemperature (temperature.ts).
@@ -387,12 +444,11 @@ LOOM_HD int top_p(const RowScratch& s, int n, double p) {
 LOOM_HD int typical_p(const RowScratch& s, int n, double mass) {
   if (mass >= 1 || n <= 1) return n;
   const double log_norm = softmax_over(s.ids, n, s.work, s.prob);
-  double entropy = 0;
-  for (int i = 0; i < n; i++) {
+  const double entropy = -blocked_sum(n, [&](int i) {
     const int32_t id = s.ids[i];
     const double p = s.prob[id];
-    if (p > 0) entropy -= js::js_mul(p, double(s.work[id]) - log_norm);
-  }
+    return p > 0 ? js::js_mul(p, double(s.work[id]) - log_norm) : 0.0;
+  });
   for (int i = 0; i < n; i++) {
     const int32_t id = s.ids[i];
     const double d = log_norm - double(s.work[id]) - entropy;
@@ -411,12 +467,15 @@ LOOM_HD int warp_after_top_k(const RowScratch& s, int n, const SampleParams& p) 
   return n;
 }
 
-// TokenSampler.draw: inverse CDF over the candidates in their current order.
+// TokenSampler.draw: inverse CDF over the candidates in id order, in mass units.
 LOOM_HD int32_t draw(const RowScratch& s, int n, double u) {
+  double total = 0;
+  for (int i = 0; i < n; i++) total += mass_units(s.prob[s.ids[i]]);
+  const double target = js::js_mul(u, total);
   double cumulative = 0;
   for (int i = 0; i < n; i++) {
-    cumulative += s.prob[s.ids[i]];
-    if (u < cumulative) return s.ids[i];
+    cumulative += mass_units(s.prob[s.ids[i]]);
+    if (cumulative > target) return s.ids[i];
   }
   return s.ids[n - 1];
 }

@@ -1305,9 +1305,8 @@ void test_kv_dtypes(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // of tokens well above a long bell-shaped tail (half the rows quantised to 1/8, so thousands of
 // exact ties), at temperature 0.8 with top-p 0.95, typical-p 0.9, both, and top-k above the heap
 // limit (5000 before top-p, 20000 alone). Top-p and typical-p keep hundreds to tens of thousands
-// of tokens here, and the draw walks them in the order the quickselects left them, so a device
-// whose selection is merely equivalent (the same sets, another order) draws other tokens. Each
-// logits row is sampled under every setting with several seeds. Tokens must be equal.
+// of tokens here, and the draw's inverse CDF runs over all of them. Each logits row is sampled
+// under every setting with several seeds. Tokens must be equal.
 // Device::sample of rows `ps` (their penalties and masks already in dev's memory) over logits
 // [.., V] in dev's memory, with every output poisoned first; the outputs read back.
 struct SampleOut {
@@ -1326,6 +1325,38 @@ SampleOut run_sample(Device* dev, const DeviceBuffer<float>& x, int64_t V, const
   dev->sample(x.data(), V, V, ps.data(), R, max_top, tb.data(), lb.data(), ib.data(), jb.data(), scratch.data());
   return {get(dev, tb, size_t(R)), get(dev, ib, size_t(R * max_top)), get(dev, lb, size_t(R)),
           get(dev, jb, size_t(R * max_top))};
+}
+
+// Top-p's and typical-p's cut inside a group of tied tokens: 2-12 tokens share the top logit at
+// scattered ids (the rest far below), and top-p or typical-p keeps part of the group, which
+// must be its lowest ids ((key, id) order). A cut one token off changes the draw for a large
+// share of the rows, which sample their few kept tokens with 6 seeds each. Tokens must be equal.
+void test_sample_cut(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  const int64_t V = 4096;
+  const int rows = 24, seeds = 6;
+  std::vector<float> logits(size_t(rows * V));
+  for (int r = 0; r < rows; r++) {
+    float* row = logits.data() + int64_t(r) * V;
+    for (int64_t v = 0; v < V; v++) row[v] = rng.uniform(-2, 2);
+    for (int h = rng.range(2, 12); h > 0; h--) row[rng.range(0, int(V) - 1)] = 14.0f;
+  }
+  std::vector<SampleParams> params;
+  for (int r = 0; r < rows; r++)
+    for (int i = 0; i < seeds; i++) {
+      SampleParams p;
+      p.row = r;
+      p.temperature = 1.0;
+      const bool typical = r % 3 == 2;
+      p.top_p = typical ? 1.0 : rng.pick({0.1, 0.3, 0.5, 0.7});
+      p.typical_p = typical ? rng.pick({0.2, 0.5}) : 1.0;
+      p.seed = rng.next();
+      params.push_back(p);
+    }
+  const int R = int(params.size());
+  SampleOut out[2];
+  Device* devs[2] = {dev, ref};
+  for (int d = 0; d < 2; d++) out[d] = run_sample(devs[d], put(devs[d], logits), V, params, 1);
+  compare_exact(ck, "sample", dims("sample cut in ties", {{"V", V}, {"rows", R}}) + " token", out[0].tok, out[1].tok);
 }
 
 void test_sample_spread(Device* dev, Device* ref, Rng& rng, Checker& ck) {
@@ -1471,6 +1502,7 @@ void test_sample(Device* dev, Device* ref, Rng& rng, Checker& ck) {
                1e-5);
   }
   test_sample_spread(dev, ref, rng, ck);
+  test_sample_cut(dev, ref, rng, ck);
 }
 
 #if LOOM_AMX_BF16

@@ -11,9 +11,9 @@
 //
 // Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
 // LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads, __syncthreads_or and __syncwarp,
-// __shfl_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte values,
-// __ballot_sync with the full mask and __popc,
-// atomicAdd on int (fibers never interleave inside it), __float_as_uint / __uint_as_float, float4,
+// __shfl_sync, __shfl_up_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte
+// values, __ballot_sync with the full mask and __popc, atomicAdd on int and unsigned long long
+// (fibers never interleave inside it), __float_as_uint / __uint_as_float, __double_as_longlong, float4,
 // warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
@@ -152,11 +152,23 @@ inline int atomicAdd(int* address, int value) {
   *address = old + value;
   return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  *address = old + value;
+  return old;
+}
 inline unsigned __float_as_uint(float f) { return ::simt::bit_cast<unsigned>(f); }
+inline long long __double_as_longlong(double d) { return ::simt::bit_cast<long long>(d); }
 inline float __uint_as_float(unsigned u) { return ::simt::bit_cast<float>(u); }
 template <typename T>
 T __shfl_sync(unsigned /*full mask*/, T v, int src) {
   return ::simt::shuffle(v, src);
+}
+template <typename T>
+T __shfl_up_sync(unsigned /*full mask*/, T v, unsigned delta) {
+  const int lane = ::simt::current().linear % 32;
+  const T got = ::simt::shuffle(v, lane >= int(delta) ? lane - int(delta) : lane);
+  return got;
 }
 template <typename T>
 T __shfl_xor_sync(unsigned /*full mask*/, T v, int lane_mask) {
