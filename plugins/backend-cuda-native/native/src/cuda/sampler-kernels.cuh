@@ -212,12 +212,11 @@ __device__ int compact(int64_t V, int32_t* ids, Keep keep) {
   return compact_items(V, keep, [](int64_t v) { return int32_t(v); }, ids);
 }
 
-// The same in place over ids[0, n) (keep(id)), through `tmp` [n]: partitionAtLeast's kept
-// prefix, in order. What it leaves past the count differs from the JS's, and nothing reads it.
+// The same in place over ids[0, n) (keep(i), by position), through `tmp` [n]: the kept ids
+// first, in order. What it leaves past the count is undefined, and nothing reads it.
 template <typename Keep>
 __device__ int compact_ids(int32_t* ids, int n, Keep keep, int32_t* tmp) {
-  const int kept = compact_items(
-      n, [&](int64_t i) { return keep(ids[i]); }, [&](int64_t i) { return ids[i]; }, tmp);
+  const int kept = compact_items(n, keep, [&](int64_t i) { return ids[i]; }, tmp);
   for (int i = threadIdx.x; i < kept; i += kSampleThreads) ids[i] = tmp[i];
   __syncthreads();
   return kept;
@@ -413,16 +412,12 @@ __device__ int block_mass_prefix(const sampler::RowScratch& s, int n, double mas
   const int at = from ? from[0] : 0;
   const double bkey = s.stage[at];
   const int32_t bid = s.ids[at];
-  // Every candidate up to the boundary in (key, id) order, in id order: compact_ids over
-  // positions, so the keys by position are read before the ids move.
+  // Every candidate up to the boundary in (key, id) order, in id order (keys by position are
+  // read before the ids move).
   const double* keys = s.stage;
   const int32_t* ids = s.ids;
-  const int kept = compact_items(
-      n, [&](int64_t i) { return keys[i] < bkey || (keys[i] == bkey && ids[i] <= bid); },
-      [&](int64_t i) { return ids[i]; }, s.tmp);
-  for (int i = threadIdx.x; i < kept; i += kSampleThreads) s.ids[i] = s.tmp[i];
-  __syncthreads();
-  return kept;
+  return compact_ids(
+      s.ids, n, [&](int64_t i) { return keys[i] < bkey || (keys[i] == bkey && ids[i] <= bid); }, s.tmp);
 }
 
 // ---- the warpers by the block (sampler-core.h's: the same candidates, order and prob) ----

@@ -167,8 +167,7 @@ T __shfl_sync(unsigned /*full mask*/, T v, int src) {
 template <typename T>
 T __shfl_up_sync(unsigned /*full mask*/, T v, unsigned delta) {
   const int lane = ::simt::current().linear % 32;
-  const T got = ::simt::shuffle(v, lane >= int(delta) ? lane - int(delta) : lane);
-  return got;
+  return ::simt::shuffle(v, lane >= int(delta) ? lane - int(delta) : lane);
 }
 template <typename T>
 T __shfl_xor_sync(unsigned /*full mask*/, T v, int lane_mask) {
