@@ -177,6 +177,21 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       simt::launch(simt::dim3(element_grid(n)), simt::dim3(kElementThreads), 0,
                    [&] { paged_slots_kernel(block_table, idx, n, block_size, slot); });
   }
+  void rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                     const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) override {
+    if (T <= 0) return;
+    const int64_t work = int64_t(q_heads + kv_heads) * (D / 2) + int64_t(kv_heads) * D;
+    const simt::dim3 grid(element_grid(work), unsigned(T)), block(kElementThreads);
+    auto run = [&](auto* k_cache, auto* v_cache) {
+      simt::launch(grid, block, 0,
+                   [&] { rope_kv_store_kernel(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot, k_cache, v_cache); });
+    };
+    switch (kv_dtype) {
+      case DType::F32: run(static_cast<float*>(kc), static_cast<float*>(vc)); break;
+      case DType::F16: run(static_cast<simt::f16*>(kc), static_cast<simt::f16*>(vc)); break;
+      default: run(static_cast<simt::bf16*>(kc), static_cast<simt::bf16*>(vc));
+    }
+  }
   void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, DType kv_dtype,
                 void* kc, void* vc) override {
     if (T <= 0) return;

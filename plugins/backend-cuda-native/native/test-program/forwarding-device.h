@@ -66,6 +66,10 @@ class ForwardingDevice : public Device {
                 void* kc, void* vc) override {
     inner_->kv_store(k, v, T, ldk, slot, E, kv_dtype, kc, vc);
   }
+  void rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                     const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) override {
+    inner_->rope_kv_store(qkv, T, ldx, q_heads, kv_heads, D, cos, sin, slot, kv_dtype, kc, vc);
+  }
   void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
                void* vc) override {
     inner_->kv_copy(from, to, n, E, kv_dtype, kc, vc);

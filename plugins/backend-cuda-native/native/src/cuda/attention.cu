@@ -82,6 +82,7 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   }
   // Rows, items and split groups in one staged copy (each copy is a stream operation of its own,
   // a few microseconds beside a decode row's attention): [rows | items | groups], 8-byte aligned.
+  // The layers of a step stage the same plan, so the copy is reused until the plan changes.
   auto align8 = [](size_t n) { return (n + 7) & ~size_t(7); };
   const size_t rows_bytes = size_t(nrows) * sizeof(AttnRow), items_at = align8(rows_bytes);
   const size_t items_bytes = attn_items_.size() * sizeof(AttnWorkItem), groups_at = align8(items_at + items_bytes);
@@ -90,7 +91,7 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   std::memcpy(attn_staging_.data() + items_at, attn_items_.data(), items_bytes);
   if (!attn_groups_.empty())
     std::memcpy(attn_staging_.data() + groups_at, attn_groups_.data(), attn_groups_.size() * sizeof(AttnSplitGroup));
-  auto* staged = static_cast<const uint8_t*>(stage(attn_staging_.data(), int64_t(attn_staging_.size())));
+  auto* staged = static_cast<const uint8_t*>(stage_reusing(&attn_staged_, attn_staging_.data(), int64_t(attn_staging_.size())));
   if (!staged) return;
   const auto* d_rows = reinterpret_cast<const AttnRow*>(staged);
   const auto* d_items = reinterpret_cast<const AttnWorkItem*>(staged + items_at);

@@ -53,6 +53,8 @@ class CudaDevice final : public Device {
   void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size, int32_t* slot) override;
   void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E, DType kv_dtype,
                 void* kc, void* vc) override;
+  void rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                     const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) override;
   void kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
                void* vc) override;
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -85,6 +87,17 @@ class CudaDevice final : public Device {
   // the stream runs. Backed by a pinned ring (async copy) mirrored by a device ring; nullptr on
   // failure (recorded in the status).
   void* stage(const void* src, int64_t bytes);
+
+  // A staged copy its caller may hand to several launches: the bytes it holds and where they are.
+  struct StagedCopy {
+    std::vector<uint8_t> bytes;
+    uint8_t* device = nullptr;
+    uint64_t written_end = 0;  // stage_written_ just after the copy was queued
+  };
+  // stage(src, bytes), or `last`'s device address without a copy when `last` holds the same bytes
+  // and the ring has not come round to them since. Attention's plan is the same in every layer of
+  // a step: one copy a step instead of one a layer (a copy is a stream operation of its own).
+  void* stage_reusing(StagedCopy* last, const void* src, int64_t bytes);
 
   // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
   bool check(cudaError_t err, const char* what);
@@ -122,6 +135,9 @@ class CudaDevice final : public Device {
   uint8_t* stage_host_ = nullptr;
   uint8_t* stage_dev_ = nullptr;
   int64_t stage_head_ = 0;
+  // Ring bytes consumed since creation, the ends skipped at a wrap included: a range staged when
+  // this was E (its size S) is intact while this stays at most E - S + kStageBytes.
+  uint64_t stage_written_ = 0;
   std::deque<StagedRange> staged_;
   std::deque<cudaEvent_t> free_events_;
   // Attention's plan of the current call (host) and the split partials' scratch (device, grown on
@@ -129,6 +145,7 @@ class CudaDevice final : public Device {
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
   std::vector<uint8_t> attn_staging_;  // rows, items and groups packed for one staged copy
+  StagedCopy attn_staged_;             // the last call's staged plan (reused while unchanged)
   GrowingBuffer attn_partials_;
   // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
   // planes (device, grown on demand, released with the device).

@@ -33,6 +33,14 @@ constexpr int kRowOpThreads = 128;
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
 
+// One RoPE pair (HF rotate_half) in place: (a, b) = (v[i], v[i+half]) becomes
+// (a·c - b·s, b·c + a·s). Shared by rope and rope_kv_store so that both round alike.
+__device__ __forceinline__ void rotate_pair(float* v, int i, int half, float c, float s) {
+  const float a = v[i], b = v[i + half];
+  v[i] = a * c - b * s;
+  v[i + half] = b * c + a * s;
+}
+
 // Semantics: y[t*H + i] = table[ids[t], i]. grid (ceil(H/256), T); ids [T], table [V, H], y [T, H]
 __global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt, int64_t H, float* y) {
   const int64_t t = blockIdx.y;
@@ -90,10 +98,36 @@ __global__ void rope_kernel(float* x, int64_t ldx, int heads, int D, const float
   const int half = D / 2;
   for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
     const int h = p / half, i = p % half;
-    float* v = x + t * ldx + int64_t(h) * D;
-    const float a = v[i], b = v[i + half], c = cos[t * half + i], s = sin[t * half + i];
-    v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
+    rotate_pair(x + t * ldx + int64_t(h) * D, i, half, cos[t * half + i], sin[t * half + i]);
+  }
+}
+
+// rope then kv_store (Device::rope_kv_store) in one pass: the same rotation as rope_kernel, and
+// the rotated k written to its slot by the thread that rotated it, so nothing waits between them.
+// Per token u < (Hq + Hkv)·D/2 rotates one pair (of q, or of k, then stored), and the next
+// Hkv·D stores v. grid (ceil(((Hq + Hkv)·D/2 + Hkv·D) / 256), T)
+// qkv [T, ldx]: q | k | v, cos, sin [T, D/2], slot [T], kc, vc [S, Hkv·D] in C
+template <typename C>
+__global__ void rope_kv_store_kernel(float* qkv, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                                     const float* sin, const int32_t* slot, C* kc, C* vc) {
+  const int64_t t = blockIdx.y, E = int64_t(kv_heads) * D, dst = int64_t(slot[t]) * E;
+  const int half = D / 2;
+  const int64_t pairs = int64_t(q_heads + kv_heads) * half;
+  float* row = qkv + t * ldx;
+  for (int64_t u = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; u < pairs + E; u += int64_t(gridDim.x) * blockDim.x) {
+    if (u >= pairs) {  // v: stored as it is
+      const int64_t e = u - pairs;
+      vc[dst + e] = to_cache<C>(row[int64_t(q_heads + kv_heads) * D + e]);
+      continue;
+    }
+    const int h = int(u / half), i = int(u % half);
+    float* head = row + int64_t(h) * D;
+    rotate_pair(head, i, half, cos[t * half + i], sin[t * half + i]);
+    if (h >= q_heads) {  // k: its rotated pair goes to the cache too
+      const int64_t at = dst + int64_t(h - q_heads) * D;
+      kc[at + i] = to_cache<C>(head[i]);
+      kc[at + i + half] = to_cache<C>(head[i + half]);
+    }
   }
 }
 

@@ -85,6 +85,28 @@ void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk
   check(cudaGetLastError(), "kv_store launch");
 }
 
+void CudaDevice::rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                               const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) {
+  if (T <= 0) return;
+  const int64_t work = int64_t(q_heads + kv_heads) * (D / 2) + int64_t(kv_heads) * D;
+  const dim3 grid(element_grid(work), unsigned(T));
+  switch (kv_dtype) {
+    case DType::F32:
+      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
+                                                                  static_cast<float*>(kc), static_cast<float*>(vc));
+      break;
+    case DType::F16:
+      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
+                                                                  static_cast<__half*>(kc), static_cast<__half*>(vc));
+      break;
+    default:
+      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
+                                                                  static_cast<__nv_bfloat16*>(kc),
+                                                                  static_cast<__nv_bfloat16*>(vc));
+  }
+  check(cudaGetLastError(), "rope_kv_store launch");
+}
+
 void CudaDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
                          void* vc) {
   if (n <= 0) return;

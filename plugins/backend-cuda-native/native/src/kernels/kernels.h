@@ -236,6 +236,19 @@ class Device {
   virtual void kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot,
                         int64_t E, DType kv_dtype, void* kc, void* vc) = 0;
 
+  // A layer's RoPE and cache write in one call, so a device can do both in one pass: q and k
+  // rotated in place, then the rotated k and v stored in their slots. qkv rows hold
+  // q [q_heads*D] | k [kv_heads*D] | v [kv_heads*D] from column 0.
+  // Semantics: rope(qkv, T, ldx, q_heads + kv_heads, D, cos, sin); then
+  //   kv_store(qkv + q_heads*D, qkv + (q_heads + kv_heads)*D, T, ldx, slot, kv_heads*D, kv_dtype, kc, vc)
+  // A device without a fused kernel runs exactly that.
+  virtual void rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
+                             const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) {
+    rope(qkv, T, ldx, q_heads + kv_heads, D, cos, sin);
+    const int64_t E = int64_t(kv_heads) * D;
+    kv_store(qkv + int64_t(q_heads) * D, qkv + int64_t(q_heads) * D + E, T, ldx, slot, E, kv_dtype, kc, vc);
+  }
+
   // Semantics: for i<n: kc[to[i], :] = kc[from[i], :]; vc likewise (in order: a later copy sees
   // an earlier one's result; all layers' caches are separate calls).
   // from, to [n] slots, kc, vc [S, E] in kv_dtype

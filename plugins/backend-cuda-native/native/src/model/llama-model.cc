@@ -839,14 +839,13 @@ Status LlamaModel::forward(const StepInput& in) {
       const int64_t lds[3] = {W, W, W}, ns[3] = {QD, KD, KD};
       lora_pass(3, xn, H, H, ys, lds, ns);
     }
-    // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices. k's
-    // heads follow q's in a row, so one call rotates both (one launch fewer per layer).
-    dev_->rope(qkv, T, W, int(cfg_.heads + cfg_.kv_heads), int(D), cos_.data(), sin_.data());
+    // RoPE on q and k in place (v is not rotated); rows are tokens, heads are D-wide slices. Then
+    // the new tokens' K and V go into their cache slots, so attention reads committed history and
+    // this step's tokens the same way (through the block table). One call: a device fuses them.
     void* kc = kcache_[size_t(l)].data();
     void* vc = vcache_[size_t(l)].data();
-    // The new tokens' K and V go into their cache slots first, so attention reads committed
-    // history and this step's tokens the same way (through the block table).
-    dev_->kv_store(qkv + QD, qkv + QD + KD, T, W, kv_slots_.data(), KD, kv_dtype_, kc, vc);
+    dev_->rope_kv_store(qkv, T, W, int(cfg_.heads), int(cfg_.kv_heads), int(D), cos_.data(), sin_.data(),
+                        kv_slots_.data(), kv_dtype_, kc, vc);
     // attn = softmax(q kᵀ / sqrt(D)) v per row, causal or tree-masked among new tokens  // [T, QD]
     dev_->attention(qkv, W, kc, vc, attn_rows_.data(), int(attn_rows_.size()), shape, attn_.data());
     // Residual add fused into the projection: the matmul accumulates straight into x.  // [T, H]

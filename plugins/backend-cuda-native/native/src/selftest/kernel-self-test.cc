@@ -1080,6 +1080,60 @@ void test_cache(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   }
 }
 
+// rope_kv_store at Llama-3 (32/8 heads of 128), Qwen2-0.5B (14/2 of 64) and GQA-less shapes,
+// in f32 and the device's KV dtype. Its semantics are rope then kv_store, so a device's fused
+// call must give the bits of its own two calls (exact: one rotation, one rounding to the cache);
+// the reference's result is within rope's bounds.
+void test_rope_kv_store(Device* dev, Device* ref, Rng& rng, Checker& ck) {
+  std::vector<DType> kv_dtypes = {DType::F32};
+  if (dev->kv_dtype() != DType::F32) kv_dtypes.push_back(dev->kv_dtype());
+  struct Shape { int qh, kvh, D; int64_t T; };
+  for (const Shape& sh : {Shape{32, 8, 128, 1}, Shape{14, 2, 64, 7}, Shape{4, 4, 64, 33}})
+    for (DType kv : kv_dtypes) {
+      const int64_t E = int64_t(sh.kvh) * sh.D, ldx = int64_t(sh.qh) * sh.D + 2 * E + 8, S = sh.T + 11;
+      const int64_t half = sh.D / 2;
+      auto x = randn(rng, size_t(sh.T * ldx), 2.0f);
+      std::vector<float> c(size_t(sh.T * half)), sn(c.size());
+      for (size_t i = 0; i < c.size(); i++) {
+        const double ang = rng.uniform(0, 1000);
+        c[i] = float(std::cos(ang));
+        sn[i] = float(std::sin(ang));
+      }
+      std::vector<int32_t> slot(size_t(sh.T));
+      for (int64_t t = 0; t < sh.T; t++) slot[size_t(t)] = int32_t((t * 5 + 3) % S);
+      const auto cache0 = to_dtype(randn(rng, size_t(S * E)), kv);
+      // [fused on dev, two calls on dev, fused on ref]: qkv after, K cache, V cache
+      std::vector<float> qkv[3], kc[3], vc[3];
+      for (int run = 0; run < 3; run++) {
+        Device* d = run == 2 ? ref : dev;
+        auto xb = put(d, x), cb = put(d, c), sb = put(d, sn);
+        auto slb = put(d, slot);
+        auto kcb = put(d, cache0), vcb = put(d, cache0);
+        if (run == 1) {
+          d->rope(xb.data(), sh.T, ldx, sh.qh + sh.kvh, sh.D, cb.data(), sb.data());
+          const int64_t k_at = int64_t(sh.qh) * sh.D;
+          d->kv_store(xb.data() + k_at, xb.data() + k_at + E, sh.T, ldx, slb.data(), E, kv, kcb.data(), vcb.data());
+        } else {
+          d->rope_kv_store(xb.data(), sh.T, ldx, sh.qh, sh.kvh, sh.D, cb.data(), sb.data(), slb.data(), kv, kcb.data(),
+                           vcb.data());
+        }
+        qkv[run] = get(d, xb, x.size());
+        kc[run] = widen(get(d, kcb, cache0.size()), kv);
+        vc[run] = widen(get(d, vcb, cache0.size()), kv);
+      }
+      const std::string what = dims("rope_kv_store", {{"Hq", sh.qh}, {"Hkv", sh.kvh}, {"D", sh.D}, {"T", sh.T}}) + " " +
+                               dtype_name(kv);
+      ck.compare("kv_cache", what + " qkv = rope's", qkv[0].data(), qkv[1].data(), qkv[0].size(), 0, 0);
+      ck.compare("kv_cache", what + " K = kv_store's", kc[0].data(), kc[1].data(), kc[0].size(), 0, 0);
+      ck.compare("kv_cache", what + " V = kv_store's", vc[0].data(), vc[1].data(), vc[0].size(), 0, 0);
+      // Against the reference: rope's bounds for q and k; the cache one rounding of those apart.
+      const double cache_rel = kv == DType::F32 ? 1e-5 : kv == DType::F16 ? 2e-3 : 1.6e-2;
+      ck.compare("kv_cache", what + " qkv vs reference", qkv[0].data(), qkv[2].data(), qkv[0].size(), 1e-6, 1e-5);
+      ck.compare("kv_cache", what + " K vs reference", kc[0].data(), kc[2].data(), kc[0].size(), 1e-6, cache_rel);
+      ck.compare("kv_cache", what + " V vs reference", vc[0].data(), vc[2].data(), vc[0].size(), 0, 0);
+    }
+}
+
 // RoPE inverse frequencies of a real config: theta^(-2i/D), optionally divided by a linear factor.
 std::vector<double> inv_freqs(int D, double theta, double factor) {
   std::vector<double> f(size_t(D / 2));
@@ -1577,6 +1631,7 @@ const Family kFamilies[] = {
     {"lora", test_lora},
     {"lora_apply", test_lora_apply},
     {"cache", test_cache},
+    {"cache", test_rope_kv_store},
     {"step_ops", test_step_ops},
     {"tree_walk", test_tree_walk},
     {"kv_dtypes", test_kv_dtypes},
