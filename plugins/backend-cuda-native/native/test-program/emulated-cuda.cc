@@ -180,8 +180,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   void rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
                      const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) override {
     if (T <= 0) return;
-    const int64_t work = int64_t(q_heads + kv_heads) * (D / 2) + int64_t(kv_heads) * D;
-    const simt::dim3 grid(element_grid(work), unsigned(T)), block(kElementThreads);
+      const simt::dim3 grid(rope_kv_store_grid(q_heads, kv_heads, D), unsigned(T)), block(kElementThreads);
     auto run = [&](auto* k_cache, auto* v_cache) {
       simt::launch(grid, block, 0,
                    [&] { rope_kv_store_kernel(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot, k_cache, v_cache); });

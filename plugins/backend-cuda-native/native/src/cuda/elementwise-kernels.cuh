@@ -23,6 +23,10 @@ constexpr int kElementThreads = 256;
 inline unsigned element_grid(int64_t n) {
   return unsigned(std::min<int64_t>((n + kElementThreads - 1) / kElementThreads, 65535));
 }
+// rope_kv_store: its grid's x for one token's work, (Hq + Hkv)·D/2 pairs then Hkv·D v values.
+inline unsigned rope_kv_store_grid(int q_heads, int kv_heads, int D) {
+  return element_grid(int64_t(q_heads + kv_heads) * (D / 2) + int64_t(kv_heads) * D);
+}
 // rmsnorm: one block per row, wider for wide rows.
 inline unsigned rmsnorm_threads(int64_t H) { return H >= 1024 ? 512 : 128; }
 // kv_copy: one block (copies are ordered), this wide.

@@ -88,8 +88,7 @@ void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk
 void CudaDevice::rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
                                const float* sin, const int32_t* slot, DType kv_dtype, void* kc, void* vc) {
   if (T <= 0) return;
-  const int64_t work = int64_t(q_heads + kv_heads) * (D / 2) + int64_t(kv_heads) * D;
-  const dim3 grid(element_grid(work), unsigned(T));
+  const dim3 grid(rope_kv_store_grid(q_heads, kv_heads, D), unsigned(T));
   switch (kv_dtype) {
     case DType::F32:
       rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
