@@ -44,7 +44,7 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
 t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {
   const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
   if ('error' in built) return t.fail(built.error)
-  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm , skinny-gemm' }
+  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm , skinny-gemm,pdl' }
   const result = await run(
     built.program,
     ['--device', 'emulated-cuda', '--seed', '2', '--families', 'attention,matmul'],
@@ -73,6 +73,6 @@ t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the kno
   t.equal(result.status, 2)
   t.match(
     result.output,
-    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm)',
+    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm, pdl)',
   )
 })

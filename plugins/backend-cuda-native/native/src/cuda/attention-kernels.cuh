@@ -9,6 +9,7 @@
 
 #include "cuda/attention-plan.h"
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/grid-dependency.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -131,6 +132,7 @@ template <typename C>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
                            const AttnWorkItem* items, AttnShape s, float* out, float* partials) {
+  wait_for_prior_kernels();
   LOOM_DYNAMIC_SHARED(float, smem);
   const AttnWorkItem item = items[blockIdx.x];
   const AttnRow row = rows[item.row];
@@ -255,6 +257,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 __global__ void __launch_bounds__(kWarps * 32)
     merge_splits_kernel(const AttnRow* rows, const AttnSplitGroup* groups, AttnShape s,
                         const float* partials, float* out) {
+  wait_for_prior_kernels();
   const AttnSplitGroup grp = groups[blockIdx.x];
   const AttnRow row = rows[grp.row];
   const int g = blockIdx.y, D = s.head_dim, G = s.num_heads / s.num_kv_heads;

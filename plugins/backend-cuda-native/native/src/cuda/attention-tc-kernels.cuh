@@ -35,6 +35,7 @@
 
 #include "cuda/attention-kernels.cuh"
 #include "cuda/attention-plan.h"
+#include "cuda/grid-dependency.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/tensor-core.cuh"
 #include "kernels/kernels.h"
@@ -63,6 +64,7 @@ template <typename C, int D>
 __global__ void __launch_bounds__(4 * 32)
     tc_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
                         const AttnWorkItem* items, AttnShape s, float* out, float* partials) {
+  wait_for_prior_kernels();
   constexpr DType DT = CacheDType<C>::value;
   constexpr int kStride = D + kTcPad;   // halves per shared-memory row
   constexpr int kSteps = D / 16;        // k-steps of Q·Kᵀ

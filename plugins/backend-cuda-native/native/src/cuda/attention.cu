@@ -30,33 +30,33 @@ namespace loom {
 namespace {
 
 template <typename C>
-void launch_flash(const dim3& grid, size_t smem, cudaStream_t stream, const float* q, int64_t ldq, const void* kc,
+void launch_flash(CudaDevice* dev, const dim3& grid, size_t smem, const float* q, int64_t ldq, const void* kc,
                   const void* vc, const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape,
                   float* out, float* partials) {
   // Above the default 48 KB (head_dim > 128) a kernel must opt in to more dynamic shared memory.
-  if (smem > 48 * 1024) cudaFuncSetAttribute(flash_attention_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  flash_attention_kernel<C><<<grid, kWarps * 32, smem, stream>>>(q, ldq, static_cast<const C*>(kc),
-                                                                  static_cast<const C*>(vc), rows, items, shape, out,
-                                                                  partials);
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(flash_attention_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  dev->launch("attention launch", flash_attention_kernel<C>, grid, kWarps * 32, smem, q, ldq,
+              static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out, partials);
 }
 
 template <typename C, int D>
-void launch_tc(const dim3& grid, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+void launch_tc(CudaDevice* dev, const dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
                const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
   const size_t smem = tc_attention_smem_bytes(D);
-  if (smem > 48 * 1024) cudaFuncSetAttribute(tc_attention_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  tc_attention_kernel<C, D><<<grid, 4 * 32, smem, stream>>>(q, ldq, static_cast<const C*>(kc),
-                                                            static_cast<const C*>(vc), rows, items, shape, out,
-                                                            partials);
+  if (smem > 48 * 1024)
+    cudaFuncSetAttribute(tc_attention_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  dev->launch("attention launch", tc_attention_kernel<C, D>, grid, 4 * 32, smem, q, ldq, static_cast<const C*>(kc),
+              static_cast<const C*>(vc), rows, items, shape, out, partials);
 }
 
 template <typename C>
-void launch_tc(const dim3& grid, cudaStream_t stream, const float* q, int64_t ldq, const void* kc, const void* vc,
+void launch_tc(CudaDevice* dev, const dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
                const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
   if (shape.head_dim == 64)
-    launch_tc<C, 64>(grid, stream, q, ldq, kc, vc, rows, items, shape, out, partials);
+    launch_tc<C, 64>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials);
   else
-    launch_tc<C, 128>(grid, stream, q, ldq, kc, vc, rows, items, shape, out, partials);
+    launch_tc<C, 128>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials);
 }
 
 }  // namespace
@@ -98,28 +98,27 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   const dim3 grid(unsigned(attn_items_.size()), unsigned(shape.num_kv_heads));
   if (tiling.tensor_cores) {
     if (shape.kv_dtype == DType::F16)
-      launch_tc<__half>(grid, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+      launch_tc<__half>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
     else
-      launch_tc<__nv_bfloat16>(grid, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+      launch_tc<__nv_bfloat16>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
   } else {
     const size_t smem = attention_smem_bytes(shape.head_dim);
     switch (shape.kv_dtype) {
       case DType::F32:
-        launch_flash<float>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<float>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
         break;
       case DType::F16:
-        launch_flash<__half>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<__half>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
         break;
       default:
-        launch_flash<__nv_bfloat16>(grid, smem, stream_, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<__nv_bfloat16>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
     }
   }
-  check(cudaGetLastError(), "attention launch");
   if (attn_groups_.empty()) return;
   const auto* d_groups = reinterpret_cast<const AttnSplitGroup*>(staged + groups_at);
-  merge_splits_kernel<<<dim3(unsigned(attn_groups_.size()), unsigned(shape.num_kv_heads)), kWarps * 32, 0, stream_>>>(
-      d_rows, d_groups, shape, partials, out);
-  check(cudaGetLastError(), "attention merge launch");
+  launch("attention merge launch", merge_splits_kernel,
+         dim3(unsigned(attn_groups_.size()), unsigned(shape.num_kv_heads)), kWarps * 32, 0, d_rows, d_groups, shape,
+         partials, out);
 }
 
 }  // namespace loom

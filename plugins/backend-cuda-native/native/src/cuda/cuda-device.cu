@@ -106,7 +106,12 @@ Status create_cuda_device(std::unique_ptr<Device>* out) {
 }
 
 CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop, const CudaKernelPaths& paths)
-    : ordinal_(ordinal), stream_(stream), sm_count_(prop.multiProcessorCount), gpu_name_(prop.name), paths_(paths) {
+    : ordinal_(ordinal),
+      stream_(stream),
+      sm_count_(prop.multiProcessorCount),
+      pdl_capable_(prop.major >= 9),
+      gpu_name_(prop.name),
+      paths_(paths) {
   // Freed memory stays in the stream-ordered pool instead of going back to the driver at every
   // synchronize: steps allocate and free their scratch at the same sizes again and again.
   cudaMemPool_t pool;

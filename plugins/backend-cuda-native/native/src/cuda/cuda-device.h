@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/attention-plan.h"
+#include "cuda/kernel-launch.h"
 #include "cuda/kernel-paths.h"
 #include "cuda/lora-plan.h"
 #include "kernels/kernels.h"
@@ -82,6 +83,15 @@ class CudaDevice final : public Device {
   const CudaKernelPaths& kernel_paths() const { return paths_; }
   void set_kernel_paths(const CudaKernelPaths& paths) { paths_ = paths; }
 
+  // Launches `kernel` on the stream (with programmatic dependent launch where the GPU has it and
+  // the `pdl` path is on: kernel-launch.h); a failure is recorded as `what`'s. True when launched.
+  template <typename... Params, typename... Args>
+  bool launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+    return check(launch_kernel(stream_, pdl_capable_ && paths_.pdl, kernel, grid, block, smem,
+                               std::forward<Args>(args)...),
+                 what);
+  }
+
   // Host-side call descriptions (segments, jobs, rows) copied to the device for one launch:
   // returns the device address of `bytes` bytes that hold `src` by the time the next kernel on
   // the stream runs. Backed by a pinned ring (async copy) mirrored by a device ring; nullptr on
@@ -123,6 +133,7 @@ class CudaDevice final : public Device {
   int ordinal_;
   cudaStream_t stream_;
   int sm_count_ = 0;
+  bool pdl_capable_ = false;  // sm_90+: programmatic dependent launch
   std::string gpu_name_;
   CudaKernelPaths paths_;
   // The first failure since the last synchronize. Guarded: an adapter-loading thread may

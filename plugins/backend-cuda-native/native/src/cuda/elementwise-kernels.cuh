@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/grid-dependency.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -47,6 +48,7 @@ __device__ __forceinline__ void rotate_pair(float* v, int i, int half, float c, 
 
 // Semantics: y[t*H + i] = table[ids[t], i]. grid (ceil(H/256), T); ids [T], table [V, H], y [T, H]
 __global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt, int64_t H, float* y) {
+  wait_for_prior_kernels();
   const int64_t t = blockIdx.y;
   const int64_t row = int64_t(ids[t]) * H;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < H; i += int64_t(gridDim.x) * blockDim.x)
@@ -58,6 +60,7 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt
 // x [T, ldx], w [H], y [T, ldy]
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                                int64_t ldy) {
+  wait_for_prior_kernels();
   LOOM_SHARED(float[32], partial);
   LOOM_SHARED(float, scale);
   const float* xr = x + int64_t(blockIdx.x) * ldx;
@@ -80,6 +83,7 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const flo
 
 // Semantics: y[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* y) {
+  wait_for_prior_kernels();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float g = gate[i];
     y[i] = g / (1.0f + expf(-g)) * up[i];
@@ -88,6 +92,7 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
 
 // Semantics: y[i] += t[i] / (1 + exp(-t[i]))
 __global__ void silu_residual_kernel(const float* t, int64_t n, float* y) {
+  wait_for_prior_kernels();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float v = t[i];
     y[i] += v / (1.0f + expf(-v));
@@ -98,6 +103,7 @@ __global__ void silu_residual_kernel(const float* t, int64_t n, float* y) {
 //   x[t,h,i] = a*cos[t,i] - b*sin[t,i]; x[t,h,i+D/2] = b*cos[t,i] + a*sin[t,i]
 // One block per token t; threads walk the heads*D/2 pairs. x [T, ldx], cos, sin [T, D/2]
 __global__ void rope_kernel(float* x, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
+  wait_for_prior_kernels();
   const int64_t t = blockIdx.x;
   const int half = D / 2;
   for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
@@ -114,6 +120,7 @@ __global__ void rope_kernel(float* x, int64_t ldx, int heads, int D, const float
 template <typename C>
 __global__ void rope_kv_store_kernel(float* qkv, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
                                      const float* sin, const int32_t* slot, C* kc, C* vc) {
+  wait_for_prior_kernels();
   const int64_t t = blockIdx.y, E = int64_t(kv_heads) * D, dst = int64_t(slot[t]) * E;
   const int half = D / 2;
   const int64_t pairs = int64_t(q_heads + kv_heads) * half;
@@ -140,6 +147,7 @@ __global__ void rope_kv_store_kernel(float* qkv, int64_t ldx, int q_heads, int k
 // grid (ceil(half/128), T); positions [T], inv_freq [half] f64, cos, sin [T, half]
 __global__ void rope_tables_kernel(const int32_t* positions, const double* inv_freq, int64_t half, float* cos_out,
                                    float* sin_out) {
+  wait_for_prior_kernels();
   const int64_t t = blockIdx.y;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
     double s, c;
@@ -151,6 +159,7 @@ __global__ void rope_tables_kernel(const int32_t* positions, const double* inv_f
 
 // Semantics: dst[i*H + c] = src[idx[i]*ld + c]. grid (ceil(H/256), n); src [*, ld], idx [n], dst [n, H]
 __global__ void gather_rows_kernel(const float* src, int64_t ld, const int32_t* idx, int64_t H, float* dst) {
+  wait_for_prior_kernels();
   const int64_t i = blockIdx.y, from = int64_t(idx[i]) * ld;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < H; c += int64_t(gridDim.x) * blockDim.x)
     dst[i * H + c] = src[from + c];
@@ -159,6 +168,7 @@ __global__ void gather_rows_kernel(const float* src, int64_t ld, const int32_t* 
 // Semantics: for i < rows[r].n: c = cache_len + i; slot[tok_start + i] = block_table[c / bs] * bs + c % bs.
 // One block per row r; rows [nrows] staged to the device, slot [T]
 __global__ void kv_slots_kernel(const AttnRow* rows, int block_size, int32_t* slot) {
+  wait_for_prior_kernels();
   const AttnRow row = rows[blockIdx.x];
   for (int i = threadIdx.x; i < row.n; i += blockDim.x) {
     const int c = row.cache_len + i;
@@ -169,6 +179,7 @@ __global__ void kv_slots_kernel(const AttnRow* rows, int block_size, int32_t* sl
 // Semantics: slot[i] = block_table[idx[i] / bs] * bs + idx[i] % bs. idx, slot [n]
 __global__ void paged_slots_kernel(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
                                    int32_t* slot) {
+  wait_for_prior_kernels();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     slot[i] = block_table[idx[i] / block_size] * block_size + idx[i] % block_size;
 }
@@ -178,6 +189,7 @@ __global__ void paged_slots_kernel(const int32_t* block_table, const int32_t* id
 template <typename C>
 __global__ void kv_store_kernel(const float* k, const float* v, int64_t ldk, const int32_t* slot, int64_t E, C* kc,
                                 C* vc) {
+  wait_for_prior_kernels();
   const int64_t t = blockIdx.y, dst = int64_t(slot[t]) * E;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < E; e += int64_t(gridDim.x) * blockDim.x) {
     kc[dst + e] = to_cache<C>(k[t * ldk + e]);
@@ -191,6 +203,7 @@ __global__ void kv_store_kernel(const float* k, const float* v, int64_t ldk, con
 // from, to [n], kc, vc [S, row_bytes]
 __global__ void kv_copy_kernel(const int32_t* from, const int32_t* to, int64_t n, int64_t row_words, uint16_t* kc,
                                uint16_t* vc) {
+  wait_for_prior_kernels();
   for (int64_t i = 0; i < n; i++) {
     const int64_t src = int64_t(from[i]) * row_words, dst = int64_t(to[i]) * row_words;
     for (int64_t e = threadIdx.x; e < row_words; e += blockDim.x) {

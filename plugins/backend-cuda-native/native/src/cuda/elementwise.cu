@@ -6,63 +6,57 @@ namespace loom {
 
 void CudaDevice::embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) {
   if (T <= 0) return;
-  embedding_kernel<<<dim3(element_grid(table.cols), unsigned(T)), kElementThreads, 0, stream_>>>(ids, table.data, table.dtype,
-                                                                                      table.cols, y);
-  check(cudaGetLastError(), "embedding launch");
+  launch("embedding launch", embedding_kernel, dim3(element_grid(table.cols), unsigned(T)), kElementThreads, 0, ids,
+         table.data, table.dtype, table.cols, y);
 }
 
 void CudaDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                          int64_t ldy) {
   if (T <= 0) return;
-  rmsnorm_kernel<<<unsigned(T), rmsnorm_threads(H), 0, stream_>>>(x, ldx, H, w, eps, y, ldy);
-  check(cudaGetLastError(), "rmsnorm launch");
+  launch("rmsnorm launch", rmsnorm_kernel, unsigned(T), rmsnorm_threads(H), 0, x, ldx, H, w, eps, y, ldy);
 }
 
 void CudaDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
   if (n <= 0) return;
-  silu_mul_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(gate, up, n, y);
-  check(cudaGetLastError(), "silu_mul launch");
+  launch("silu_mul launch", silu_mul_kernel, element_grid(n), kElementThreads, 0, gate, up, n, y);
 }
 
 void CudaDevice::silu_residual(const float* t, int64_t n, float* y) {
   if (n <= 0) return;
-  silu_residual_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(t, n, y);
-  check(cudaGetLastError(), "silu_residual launch");
+  launch("silu_residual launch", silu_residual_kernel, element_grid(n), kElementThreads, 0, t, n, y);
 }
 
 void CudaDevice::rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) {
   if (T <= 0) return;
-  rope_kernel<<<unsigned(T), kRowOpThreads, 0, stream_>>>(x, ldx, heads, D, cos, sin);
-  check(cudaGetLastError(), "rope launch");
+  launch("rope launch", rope_kernel, unsigned(T), kRowOpThreads, 0, x, ldx, heads, D, cos, sin);
 }
 
 void CudaDevice::rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
                              float* sin) {
   if (T <= 0 || half <= 0) return;
-  rope_tables_kernel<<<dim3(blocks_for(half, kRowOpThreads), unsigned(T)), kRowOpThreads, 0, stream_>>>(positions, inv_freq, half, cos,
-                                                                                    sin);
-  check(cudaGetLastError(), "rope_tables launch");
+  launch("rope_tables launch", rope_tables_kernel, dim3(blocks_for(half, kRowOpThreads), unsigned(T)), kRowOpThreads, 0,
+         positions, inv_freq, half, cos, sin);
 }
 
 void CudaDevice::gather_rows(const float* src, int64_t ld, const int32_t* idx, int64_t n, int64_t H, float* dst) {
   if (n <= 0) return;
-  gather_rows_kernel<<<dim3(element_grid(H), unsigned(n)), kElementThreads, 0, stream_>>>(src, ld, idx, H, dst);
-  check(cudaGetLastError(), "gather_rows launch");
+  launch("gather_rows launch", gather_rows_kernel, dim3(element_grid(H), unsigned(n)), kElementThreads, 0, src, ld, idx,
+         H, dst);
 }
 
 void CudaDevice::kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) {
   if (nrows <= 0) return;
   const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(AttnRow)));
   if (!d_rows) return;
-  kv_slots_kernel<<<unsigned(nrows), kRowOpThreads, 0, stream_>>>(static_cast<const AttnRow*>(d_rows), block_size, slot);
-  check(cudaGetLastError(), "kv_slots launch");
+  launch("kv_slots launch", kv_slots_kernel, unsigned(nrows), kRowOpThreads, 0, static_cast<const AttnRow*>(d_rows),
+         block_size, slot);
 }
 
 void CudaDevice::paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,
                              int32_t* slot) {
   if (n <= 0) return;
-  paged_slots_kernel<<<element_grid(n), kElementThreads, 0, stream_>>>(block_table, idx, n, block_size, slot);
-  check(cudaGetLastError(), "paged_slots launch");
+  launch("paged_slots launch", paged_slots_kernel, element_grid(n), kElementThreads, 0, block_table, idx, n, block_size,
+         slot);
 }
 
 void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk, const int32_t* slot, int64_t E,
@@ -71,18 +65,17 @@ void CudaDevice::kv_store(const float* k, const float* v, int64_t T, int64_t ldk
   const dim3 grid(element_grid(E), unsigned(T));
   switch (kv_dtype) {
     case DType::F32:
-      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<float*>(kc),
-                                                      static_cast<float*>(vc));
+      launch("kv_store launch", kv_store_kernel<float>, grid, kElementThreads, 0, k, v, ldk, slot, E,
+             static_cast<float*>(kc), static_cast<float*>(vc));
       break;
     case DType::F16:
-      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__half*>(kc),
-                                                      static_cast<__half*>(vc));
+      launch("kv_store launch", kv_store_kernel<__half>, grid, kElementThreads, 0, k, v, ldk, slot, E,
+             static_cast<__half*>(kc), static_cast<__half*>(vc));
       break;
     default:
-      kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(k, v, ldk, slot, E, static_cast<__nv_bfloat16*>(kc),
-                                                      static_cast<__nv_bfloat16*>(vc));
+      launch("kv_store launch", kv_store_kernel<__nv_bfloat16>, grid, kElementThreads, 0, k, v, ldk, slot, E,
+             static_cast<__nv_bfloat16*>(kc), static_cast<__nv_bfloat16*>(vc));
   }
-  check(cudaGetLastError(), "kv_store launch");
 }
 
 void CudaDevice::rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, int kv_heads, int D, const float* cos,
@@ -91,27 +84,24 @@ void CudaDevice::rope_kv_store(float* qkv, int64_t T, int64_t ldx, int q_heads, 
   const dim3 grid(rope_kv_store_grid(q_heads, kv_heads, D), unsigned(T));
   switch (kv_dtype) {
     case DType::F32:
-      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
-                                                                  static_cast<float*>(kc), static_cast<float*>(vc));
+      launch("rope_kv_store launch", rope_kv_store_kernel<float>, grid, kElementThreads, 0, qkv, ldx, q_heads, kv_heads,
+             D, cos, sin, slot, static_cast<float*>(kc), static_cast<float*>(vc));
       break;
     case DType::F16:
-      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
-                                                                  static_cast<__half*>(kc), static_cast<__half*>(vc));
+      launch("rope_kv_store launch", rope_kv_store_kernel<__half>, grid, kElementThreads, 0, qkv, ldx, q_heads,
+             kv_heads, D, cos, sin, slot, static_cast<__half*>(kc), static_cast<__half*>(vc));
       break;
     default:
-      rope_kv_store_kernel<<<grid, kElementThreads, 0, stream_>>>(qkv, ldx, q_heads, kv_heads, D, cos, sin, slot,
-                                                                  static_cast<__nv_bfloat16*>(kc),
-                                                                  static_cast<__nv_bfloat16*>(vc));
+      launch("rope_kv_store launch", rope_kv_store_kernel<__nv_bfloat16>, grid, kElementThreads, 0, qkv, ldx, q_heads,
+             kv_heads, D, cos, sin, slot, static_cast<__nv_bfloat16*>(kc), static_cast<__nv_bfloat16*>(vc));
   }
-  check(cudaGetLastError(), "rope_kv_store launch");
 }
 
 void CudaDevice::kv_copy(const int32_t* from, const int32_t* to, int64_t n, int64_t E, DType kv_dtype, void* kc,
                          void* vc) {
   if (n <= 0) return;
-  kv_copy_kernel<<<1, kKvCopyThreads, 0, stream_>>>(from, to, n, E * dtype_size(kv_dtype) / 2, static_cast<uint16_t*>(kc),
-                                         static_cast<uint16_t*>(vc));
-  check(cudaGetLastError(), "kv_copy launch");
+  launch("kv_copy launch", kv_copy_kernel, 1, kKvCopyThreads, 0, from, to, n, E * dtype_size(kv_dtype) / 2,
+         static_cast<uint16_t*>(kc), static_cast<uint16_t*>(vc));
 }
 
 }  // namespace loom

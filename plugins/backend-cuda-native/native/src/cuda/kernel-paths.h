@@ -21,10 +21,14 @@ struct CudaKernelPaths {
   // gemm_skinny_kernel for decode batches of 5-64 (skinny-gemm-kernels.cuh); off: the GEMV below
   // 16 tokens, gemm_tc_kernel from 16.
   bool skinny_gemm = true;
+  // Programmatic dependent launch on sm_90+ (grid-dependency.cuh): each kernel's blocks may start
+  // while the one before it finishes; off: the stream's plain order (each kernel starts after the
+  // previous one has drained).
+  bool pdl = true;
 };
 
 // The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm"; }
+inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl"; }
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
 // surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
@@ -42,6 +46,8 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
       paths.tc_gemm = false;
     } else if (item == "skinny-gemm") {
       paths.skinny_gemm = false;
+    } else if (item == "pdl") {
+      paths.pdl = false;
     } else if (!item.empty()) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/grid-dependency.cuh"
 #include "cuda/lora-plan.h"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const fl
                                                                          const LoraItem* items, float* tmp,
                                                                          int64_t ldt, int rgroups, int64_t kslice,
                                                                          int64_t plane) {
+  wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kShrinkKTile], xs);  // 16-byte aligned: float4 reads
   const LoraItem it = items[blockIdx.x];
   const int slice = int(blockIdx.y) / rgroups;
@@ -116,6 +118,7 @@ template <int TOK, bool VEC>
 __global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float* tmp, int64_t ldt,
                                                                       const LoraItem* items, int ksplit,
                                                                       int64_t plane, float* tmp_out) {
+  wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kMaxRank], vs);
   const LoraItem it = items[blockIdx.x];
   const int64_t nb = int64_t(blockIdx.y) * kExpandCols;

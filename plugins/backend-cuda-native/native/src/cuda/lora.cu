@@ -10,21 +10,18 @@ namespace loom {
 static void launch_shrink(CudaDevice* dev, const float* x, int64_t ldx, int64_t K, const LoraItem* d_items,
                           const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
-  cudaStream_t st = dev->stream();
   dispatch_lora_shrink(p, [&](auto kernel) {
-    kernel<<<grid, kShrinkWarps * 32, 0, st>>>(x, ldx, K, d_items, tmp, ldt, p.rgroups, p.kslice, plane);
+    dev->launch("lora_shrink launch", kernel, grid, kShrinkWarps * 32, 0, x, ldx, K, d_items, tmp, ldt, p.rgroups,
+                p.kslice, plane);
   });
-  dev->check(cudaGetLastError(), "lora_shrink launch");
 }
 
 static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, const LoraItem* d_items, const LoraLaunch& p,
                           int ksplit, int64_t plane, float* tmp_out) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
-  cudaStream_t st = dev->stream();
   dispatch_lora_expand(p, [&](auto kernel) {
-    kernel<<<grid, kExpandThreads, 0, st>>>(tmp, ldt, d_items, ksplit, plane, tmp_out);
+    dev->launch("lora_expand launch", kernel, grid, kExpandThreads, 0, tmp, ldt, d_items, ksplit, plane, tmp_out);
   });
-  dev->check(cudaGetLastError(), "lora_expand launch");
 }
 
 void CudaDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,

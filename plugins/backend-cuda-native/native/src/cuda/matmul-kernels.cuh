@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cuda/dtype-cuda.cuh"
+#include "cuda/grid-dependency.cuh"
 #include "cuda/kernel-paths.h"
 #include "cuda/prefill-gemm-kernels.cuh"
 #include "cuda/simt-compat.cuh"
@@ -96,6 +97,23 @@ struct GemvJobs {
   int n;
 };
 
+// Columns a GEMV warp covers with one 16-byte chunk per lane (8 elements each).
+constexpr int kGemvStep = 32 * 8;
+
+// One step of a GEMV warp's rows: raw[u][r] = the 16-byte chunk of W row min(n0 + r, N - 1) at
+// column k0 + u * kGemvStep (k0 = lane * 8 + step * kGemvStep * UNROLL), for the columns below K.
+template <DType DT, int ROWS, int UNROLL>
+__device__ __forceinline__ void gemv_load_step(const void* w, int64_t N, int64_t K, int64_t n0, int64_t k0,
+                                               Raw8<DT> (&raw)[UNROLL][ROWS]) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; u++)
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+      const int64_t k = k0 + u * kGemvStep, n = n0 + r < N ? n0 + r : N - 1;
+      if (k < K) raw[u][r] = load_raw8<DT>(w, n * K + k);
+    }
+}
+
 // Semantics: for each job (W [N, K], bias, y, ldy), t in this block's TOK tokens, n in its warps'
 //   rows: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k x[t*ldx+k] * W[n,k].
 //   grid (jobs.block_end[n-1], ceil(T/TOK)), block kGemvWarps*32.
@@ -107,7 +125,7 @@ struct GemvJobs {
 template <DType DT, int TOK>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, GemvJobs jobs,
                                                                 int64_t K, bool accumulate) {
-  constexpr int ROWS = GemvShape<TOK>::kRows, UNROLL = GemvShape<TOK>::kUnroll, kStep = 32 * 8;
+  constexpr int ROWS = GemvShape<TOK>::kRows, UNROLL = GemvShape<TOK>::kUnroll, kStep = kGemvStep;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * TOK;
   const int tn = T - t0 < TOK ? int(T - t0) : TOK;
@@ -120,6 +138,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
   float* y = jobs.y[j];
   const int64_t first = j > 0 ? jobs.block_end[j - 1] : 0;
   const int64_t n0 = ((int64_t(blockIdx.x) - first) * kGemvWarps + warp) * ROWS;
+  // The first step's weights are loaded before the wait: no kernel writes weights, and with
+  // programmatic launch (grid-dependency.cuh) these loads run while the op before this one (an
+  // rmsnorm, attention, silu_mul) is still finishing, instead of after it.
+  const int64_t k_first = int64_t(lane) * 8, k_stride = int64_t(kStep) * UNROLL;
+  Raw8<DT> first_raw[UNROLL][ROWS];
+  if (n0 < N) gemv_load_step<DT, ROWS, UNROLL>(w, N, K, n0, k_first, first_raw);
+  wait_for_prior_kernels();
   if (n0 >= N) return;  // no barrier below: whole warps may leave
   // float4 reads of x need 16-byte aligned rows; otherwise scalar reads (same values).
   const bool x_vec = ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
@@ -128,15 +153,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
   for (int r = 0; r < ROWS; r++)
 #pragma unroll
     for (int t = 0; t < TOK; t++) acc[r][t] = 0.0f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += int64_t(kStep) * UNROLL) {
-    Raw8<DT> raw[UNROLL][ROWS];
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++)
-#pragma unroll
-      for (int r = 0; r < ROWS; r++) {
-        const int64_t k = k0 + u * kStep, n = n0 + r < N ? n0 + r : N - 1;
-        if (k < K) raw[u][r] = load_raw8<DT>(w, n * K + k);
-      }
+  // acc += one step's weights (raw, from column k0) times x.
+  auto accumulate_step = [&](const Raw8<DT> (&raw)[UNROLL][ROWS], int64_t k0) {
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
       const int64_t k = k0 + u * kStep;
@@ -165,6 +183,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
         }
       }
     }
+  };
+  if (k_first < K) accumulate_step(first_raw, k_first);
+  for (int64_t k0 = k_first + k_stride; k0 < K; k0 += k_stride) {
+    Raw8<DT> raw[UNROLL][ROWS];
+    gemv_load_step<DT, ROWS, UNROLL>(w, N, K, n0, k0, raw);
+    accumulate_step(raw, k0);
   }
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
@@ -190,6 +214,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
 template <DType DT>
 __global__ void __launch_bounds__(256) split_x_kernel(const float* x, int64_t T, int64_t ldx, int64_t K, uint16_t* xs,
                                                       int64_t ldxs) {
+  wait_for_prior_kernels();
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y)
     for (int64_t k = int64_t(blockIdx.x) * 256 + threadIdx.x; k < K; k += int64_t(gridDim.x) * 256)
       split_x<DT>(x[t * ldx + k], &xs[t * ldxs + k], &xs[T * ldxs + t * ldxs + k]);
@@ -208,6 +233,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const uint16_t* x
                                                                 const uint16_t* w, int64_t N, int64_t K,
                                                                 const float* bias, float* y, int64_t ldy,
                                                                 bool accumulate, int64_t kchunk, float* part) {
+  wait_for_prior_kernels();
   LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xh);  // cp.async targets
   LOOM_SHARED_ALIGN16(uint16_t[2][kBM][kBK + kPad], xl);
   LOOM_SHARED_ALIGN16(uint16_t[2][kBN][kBK + kPad], ws);
@@ -309,6 +335,7 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_tc_kernel(const uint16_t* x
 __global__ void __launch_bounds__(256) splitk_reduce_kernel(const float* part, int splits, int64_t T, int64_t N,
                                                             const float* bias, float* y, int64_t ldy,
                                                             bool accumulate) {
+  wait_for_prior_kernels();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * N) return;
   const int64_t t = i / N, n = i % N;
@@ -327,6 +354,7 @@ __global__ void __launch_bounds__(256) splitk_reduce_kernel(const float* part, i
 __global__ void __launch_bounds__(kSimtThreads) gemm_simt_kernel(const float* x, int64_t T, int64_t ldx, const void* w,
                                                          DType dt, int64_t N, int64_t K, const float* bias, float* y,
                                                          int64_t ldy, bool accumulate) {
+  wait_for_prior_kernels();
   LOOM_SHARED(float[kSimtK][kSimtTile + 4], xs);
   LOOM_SHARED(float[kSimtK][kSimtTile + 4], wsm);
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;

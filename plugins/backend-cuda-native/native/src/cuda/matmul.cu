@@ -37,11 +37,10 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
     // Above the default 48 KB a kernel must opt in to more dynamic shared memory (the prefill GEMM).
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    kernel<<<dim3(gx, gy, gz), threads, smem, stream_>>>(args...);
+    this->launch("matmul launch", kernel, dim3(gx, gy, gz), threads, smem, args...);
   };
   if (gemv_fusable(jobs, njobs, T, sm_count_, paths_)) {
     launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
-    check(cudaGetLastError(), "matmul launch");
     return;
   }
   // Split-K's workspace, the prefill GEMM's bf16 x and the tensor-core GEMM's split x: grown on
@@ -62,7 +61,6 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   if (scratch.xs != nullptr) launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, xs, tcx.cols, launch);
   for (int i = 0; i < njobs; i++) {
     launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, paths_, scratch, launch);
-    if (!check(cudaGetLastError(), "matmul launch")) return;
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "cuda/grid-dependency.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/tensor-core.cuh"
 #include "kernels/kernels.h"
@@ -58,6 +59,7 @@ __device__ __forceinline__ int pf_swizzle(int r, int c) { return r * kPfBK + ((c
 // grid (ceil(K/256) up to 64, min(T, 65535)), block 256; rows beyond gridDim.y loop.
 __global__ void __launch_bounds__(256) round_x_bf16_kernel(const float* x, int64_t T, int64_t ldx, int64_t K,
                                                            uint16_t* xb, int64_t ldxb) {
+  wait_for_prior_kernels();
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y)
     for (int64_t k = int64_t(blockIdx.x) * 256 + threadIdx.x; k < K; k += int64_t(gridDim.x) * 256)
       xb[t * ldxb + k] = round_bf16(x[t * ldx + k]);
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(kPfThreads) gemm_prefill_kernel(const uint16_t
                                                                   const uint16_t* w, int64_t N, int64_t K,
                                                                   const float* bias, float* y, int64_t ldy,
                                                                   bool accumulate) {
+  wait_for_prior_kernels();
   LOOM_DYNAMIC_SHARED(uint16_t, smem);  // [kPfStages][x tile | W tile], swizzled (pf_swizzle)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates

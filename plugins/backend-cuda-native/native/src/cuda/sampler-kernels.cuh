@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/grid-dependency.cuh"
 #include "cuda/row-pick.cuh"
 #include "cuda/simt-compat.cuh"
 #include "kernels/kernels.h"
@@ -547,6 +548,7 @@ __device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uin
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* x, int64_t ld, int64_t V, const SampleParams* params, int max_top, int32_t* token,
                   float* logprob, int32_t* top_ids, float* top_lp, uint8_t* scratch, int64_t stride) {
+  wait_for_prior_kernels();
   LOOM_SHARED(Pick[kSampleThreads / 32], warps);
   LOOM_SHARED(int[256], hist);
   LOOM_SHARED(uint32_t[2], words);

@@ -9,10 +9,8 @@ void CudaDevice::sample(const float* x, int64_t ld, int64_t V, const SampleParam
   if (nrows <= 0) return;
   const auto* d_params = static_cast<const SampleParams*>(stage(params, int64_t(nrows) * int64_t(sizeof(SampleParams))));
   if (d_params == nullptr) return;  // recorded in the status
-  sample_kernel<<<nrows, kSampleThreads, 0, stream()>>>(x, ld, V, d_params, max_top, token, logprob, top_ids,
-                                                         top_logprobs, static_cast<uint8_t*>(scratch),
-                                                         sample_row_scratch_bytes(V));
-  check(cudaGetLastError(), "sample_kernel");
+  launch("sample launch", sample_kernel, nrows, kSampleThreads, 0, x, ld, V, d_params, max_top, token, logprob, top_ids,
+         top_logprobs, static_cast<uint8_t*>(scratch), sample_row_scratch_bytes(V));
 }
 
 }  // namespace loom

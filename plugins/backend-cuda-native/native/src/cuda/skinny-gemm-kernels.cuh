@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cuda/grid-dependency.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/split-k.h"
 #include "cuda/tensor-core.cuh"
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const uint16
                                                                      const uint16_t* w, int64_t N, int64_t K,
                                                                      const float* bias, float* y, int64_t ldy,
                                                                      bool accumulate, int64_t kchunk, float* part) {
+  wait_for_prior_kernels();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const int64_t n0 = (int64_t(blockIdx.x) * kSkWarps + warp) * 16 * MT;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/grid-dependency.cuh"
 #include "cuda/row-pick.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
@@ -23,6 +24,7 @@ constexpr int kRowThreads = 512;
 // Semantics: m = max of the non-NaN x[t, i<V]; out[t] = m > -inf ? first i with x == m : -1.
 // One block per row t. x [T, ld], out [T]
 __global__ void argmax_kernel(const float* x, int64_t ld, int64_t V, int32_t* out) {
+  wait_for_prior_kernels();
   LOOM_SHARED(Pick[32], scratch);
   const float* row = x + int64_t(blockIdx.x) * ld;
   Pick p{-INFINITY, INT_MAX};
@@ -39,6 +41,7 @@ __global__ void argmax_kernel(const float* x, int64_t ld, int64_t V, int32_t* ou
 // strictly after the previous pick in that order (so ties and duplicates are handled without a
 // list of taken indices). One block per row t. x [T, ld], out [T, K]
 __global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
+  wait_for_prior_kernels();
   LOOM_SHARED(Pick[32], scratch);
   const float* row = x + int64_t(blockIdx.x) * ld;
   Pick prev{INFINITY, -1};
@@ -64,6 +67,7 @@ __global__ void top_k_kernel(const float* x, int64_t ld, int64_t V, int K, const
 // Max first, then Σ exp(x - max) with each term in f32 and the sum in f64 (the reference sums in
 // f64; f32 over 10^5 terms would drift past its 1e-6 tolerance). One block per row. x [T, ld], out [T]
 __global__ void log_sum_exp_kernel(const float* x, int64_t ld, int64_t V, double* out) {
+  wait_for_prior_kernels();
   LOOM_SHARED(float[32], smax);
   LOOM_SHARED(int[32], snan);
   LOOM_SHARED(double[32], ssum);
@@ -117,6 +121,7 @@ __device__ int tree_parent(const uint8_t* mask, int n, int c) {
 // walk is sequential by nature. tokens [T], argmax [logits rows], rows [nrows] staged, leaf [nrows]
 __global__ void tree_walk_kernel(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                                    int32_t* leaf) {
+  wait_for_prior_kernels();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= nrows) return;
   const LeafRow row = rows[r];

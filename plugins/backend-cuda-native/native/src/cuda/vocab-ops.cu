@@ -7,20 +7,17 @@ namespace loom {
 
 void CudaDevice::argmax(const float* x, int64_t T, int64_t ld, int64_t V, int32_t* out) {
   if (T <= 0) return;
-  argmax_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, out);
-  check(cudaGetLastError(), "argmax launch");
+  launch("argmax launch", argmax_kernel, unsigned(T), kRowThreads, 0, x, ld, V, out);
 }
 
 void CudaDevice::top_k(const float* x, int64_t T, int64_t ld, int64_t V, int K, const int32_t* ids, int32_t* out) {
   if (T <= 0 || K <= 0) return;
-  top_k_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, K, ids, out);
-  check(cudaGetLastError(), "top_k launch");
+  launch("top_k launch", top_k_kernel, unsigned(T), kRowThreads, 0, x, ld, V, K, ids, out);
 }
 
 void CudaDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, double* out) {
   if (T <= 0) return;
-  log_sum_exp_kernel<<<unsigned(T), kRowThreads, 0, stream_>>>(x, ld, V, out);
-  check(cudaGetLastError(), "log_sum_exp launch");
+  launch("log_sum_exp launch", log_sum_exp_kernel, unsigned(T), kRowThreads, 0, x, ld, V, out);
 }
 
 void CudaDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
@@ -28,9 +25,8 @@ void CudaDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, const L
   if (nrows <= 0) return;
   const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(LeafRow)));
   if (!d_rows) return;
-  tree_walk_kernel<<<blocks_for(nrows, 64), 64, 0, stream_>>>(tokens, argmax, static_cast<const LeafRow*>(d_rows),
-                                                                nrows, leaf);
-  check(cudaGetLastError(), "tree_walk launch");
+  launch("tree_walk launch", tree_walk_kernel, blocks_for(nrows, 64), 64, 0, tokens, argmax,
+         static_cast<const LeafRow*>(d_rows), nrows, leaf);
 }
 
 }  // namespace loom

@@ -182,6 +182,8 @@ class Device {
   // Semantics: for j<njobs, t<T, n<N_j: y_j[t*ldy_j+n] = (accumulate ? y_j[..] : 0) + bias_j[n]
   //            + Σ_k x[t*ldx+k] * W_j[n,k]
   // x [T, ldx] (K = W_j.cols, equal for all jobs); each weight row is streamed once for all T.
+  // W_j must not be written by an op issued before this one (only upload and copy fill weights):
+  // a device may start reading it before those ops finish (the cuda device does, on sm_90+).
   virtual void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                       bool accumulate) = 0;
 
