@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cuda/cuda-api.h"
+#include "cuda/grid-dependency.cuh"
 
 // Written by scripts/build.mjs and the test program's CMakeLists: the archs this build targets.
 #if __has_include("cuda-archs.h")
@@ -21,6 +22,10 @@ namespace {
 
 // The smallest kernel: launching it proves the binary holds an image (or PTX) this GPU can run.
 __global__ void probe_kernel(int* out) { *out = 42; }
+
+// Launched once with programmatic stream serialization: whether this GPU, driver and setup (a
+// MIG slice, a virtual GPU) accept the attribute, before every launch depends on it.
+__global__ void overlap_probe_kernel() { wait_for_prior_kernels(); }
 
 std::string cuda_version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
@@ -118,6 +123,14 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
   if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
     uint64_t keep = UINT64_MAX;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  if (pdl_capable_) {
+    cudaError_t err = launch_kernel(stream_, true, overlap_probe_kernel, dim3(1), dim3(32), 0);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // not a fault: launches go without the attribute
+      pdl_capable_ = false;
+    }
   }
   check(cudaMallocHost(&stage_host_, size_t(kStageBytes)), "cudaMallocHost (staging ring)");
   check(cudaMalloc(&stage_dev_, size_t(kStageBytes)), "cudaMalloc (staging ring)");
