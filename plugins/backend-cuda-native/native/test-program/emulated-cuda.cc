@@ -22,6 +22,8 @@
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,25 +51,28 @@ constexpr int kEmulatedSms = 132;
 template <typename C>
 void emulated_flash(const simt::dim3& grid, size_t smem, const float* q, int64_t ldq, const void* kc, const void* vc,
                     const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out,
-                    float* partials) {
+                    float* partials, const AttnSplitGroup* groups, int* arrivals) {
   simt::launch(grid, simt::dim3(kWarps * 32), smem, [&] {
     flash_attention_kernel<C>(q, ldq, static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out,
-                              partials);
+                              partials, groups, arrivals);
   });
 }
 
 template <typename C>
 void emulated_tc(const simt::dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
-                 const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
+                 const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials,
+                 const AttnSplitGroup* groups, int* arrivals) {
   const size_t smem = tc_attention_smem_bytes(shape.head_dim);
   auto* k = static_cast<const C*>(kc);
   auto* v = static_cast<const C*>(vc);
   if (shape.head_dim == 64)
-    simt::launch(grid, simt::dim3(4 * 32), smem,
-                 [&] { tc_attention_kernel<C, 64>(q, ldq, k, v, rows, items, shape, out, partials); });
+    simt::launch(grid, simt::dim3(4 * 32), smem, [&] {
+      tc_attention_kernel<C, 64>(q, ldq, k, v, rows, items, shape, out, partials, groups, arrivals);
+    });
   else
-    simt::launch(grid, simt::dim3(4 * 32), smem,
-                 [&] { tc_attention_kernel<C, 128>(q, ldq, k, v, rows, items, shape, out, partials); });
+    simt::launch(grid, simt::dim3(4 * 32), smem, [&] {
+      tc_attention_kernel<C, 128>(q, ldq, k, v, rows, items, shape, out, partials, groups, arrivals);
+    });
 }
 
 // The reference's memory (host, but used as device memory) and ops, with the covered ops run as
@@ -107,29 +112,38 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     if (items_.empty()) return;
     partials_.assign(size_t(records * shape.num_kv_heads * (shape.head_dim + 2)), std::nanf(""));
     float* partials = partials_.data();
+    // Kept across calls, as the cuda device keeps them: each call must leave them at zero.
+    const size_t counts = groups_.size() * size_t(shape.num_kv_heads);
+    if (arrivals_.size() < counts) arrivals_.resize(counts, 0);
+    int* arrivals = arrivals_.data();
+    const AttnSplitGroup* groups = groups_.data();
     const simt::dim3 grid(unsigned(items_.size()), unsigned(shape.num_kv_heads));
     if (tiling.tensor_cores) {
       if (shape.kv_dtype == DType::F16)
-        emulated_tc<simt::f16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+        emulated_tc<simt::f16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials, groups, arrivals);
       else
-        emulated_tc<simt::bf16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+        emulated_tc<simt::bf16>(grid, q, ldq, kc, vc, rows, items_.data(), shape, out, partials, groups, arrivals);
     } else {
       const size_t smem = attention_smem_bytes(shape.head_dim);
       switch (shape.kv_dtype) {
         case DType::F32:
-          emulated_flash<float>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+          emulated_flash<float>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials, groups,
+                                arrivals);
           break;
         case DType::F16:
-          emulated_flash<simt::f16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+          emulated_flash<simt::f16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials, groups,
+                                    arrivals);
           break;
         default:
-          emulated_flash<simt::bf16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials);
+          emulated_flash<simt::bf16>(grid, smem, q, ldq, kc, vc, rows, items_.data(), shape, out, partials, groups,
+                                     arrivals);
       }
     }
-    if (groups_.empty()) return;
-    const AttnSplitGroup* groups = groups_.data();
-    simt::launch(simt::dim3(unsigned(groups_.size()), unsigned(shape.num_kv_heads)), simt::dim3(kWarps * 32), 0,
-                 [&] { merge_splits_kernel(rows, groups, shape, partials, out); });
+    for (int count : arrivals_)
+      if (count != 0) {
+        std::fprintf(stderr, "emulated-cuda: attention left a split group's arrival count at %d\n", count);
+        std::abort();
+      }
   }
 
   void embedding(const int32_t* ids, int64_t T, const WeightView& table, float* y) override {
@@ -341,6 +355,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<AttnSplitGroup> groups_;
   int64_t tc_calls_ = 0;
   std::vector<float> partials_, lora_planes_;
+  std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;

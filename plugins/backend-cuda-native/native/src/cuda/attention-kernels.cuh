@@ -19,14 +19,6 @@ namespace loom {
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
 
-// Semantics: for the item's queries qq < nq (query qi = tile·kQueries + qq: token i = qi / G, head
-// h = g·G + qi mod G, g = blockIdx.y) over the visible keys c in [key_begin, key_end):
-//   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
-//   acc = Σ_c e^{s_c - m} V[c, g]
-// written as out[tok_start + i, h, :] = acc / l (0 where no key is visible) when item.partial < 0,
-// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
-// q [T, ldq] f32, kc, vc [S, Hkv·D] in C (paged: slot = block_table[c / bs]·bs + c mod bs),
-// rows [nrows] and items [nitems] staged, out [T, Hq·D], partials scratch.
 // The DType of a cache element type, for the raw 16-byte loads (dtype-cuda.cuh's Raw8).
 template <typename C>
 struct CacheDType;
@@ -120,18 +112,87 @@ __device__ __forceinline__ float tile_query(const float* q, int64_t ldq, const A
   return q[(int64_t(row.tok_start) + qi / G) * ldq + int64_t(h) * s.head_dim + d] * s.scale;
 }
 
+// Reads a float another block of this launch wrote: from L2, past this SM's L1 (not coherent
+// across SMs).
+__device__ __forceinline__ float load_coherent(const float* p) { return __ldcg(p); }
+
+// Semantics: for split group `grp` and KV head g, each of the group's queries qq < nq:
+//   M = max_s m_s, out = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s (0 where no split saw a key),
+// split s's record of query qq at ((grp.partial + s·nq + qq) · Hkv + g) · (D + 2), for the tile's
+// queries q0 + qq (either kernel's tiles). Run by the whole block that completes the group.
+// Not inlined: a rare tail whose registers would otherwise crowd the kernels' main loops (inlined,
+// the bf16 tensor-core kernel at D = 128 spilled 52 bytes).
+__device__ __noinline__ void merge_split_records(const AttnRow& row, const AttnSplitGroup& grp, const AttnShape& s, int g,
+                                    const float* partials, float* out) {
+  const int D = s.head_dim, G = s.num_heads / s.num_kv_heads;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int q0 = grp.q0, nq = grp.nq;
+  for (int qq = warp; qq < nq; qq += warps) {
+    auto record = [&](int split) {
+      return partials + (int64_t(grp.partial + split * nq + qq) * s.num_kv_heads + g) * (D + 2);
+    };
+    float M = -INFINITY;
+    for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, load_coherent(record(sp)));
+    float L = 0.0f, acc[kMaxDimsPerLane] = {};
+    if (M != -INFINITY) {
+      for (int sp = 0; sp < grp.nsplit; sp++) {
+        const float* rec = record(sp);
+        const float m = load_coherent(rec);
+        const float w = m == -INFINITY ? 0.0f : expf(m - M);
+        L += w * load_coherent(rec + 1);
+#pragma unroll
+        for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+          const int d = lane + 32 * jj;
+          if (d < D) acc[jj] = fmaf(w, load_coherent(rec + 2 + d), acc[jj]);
+        }
+      }
+    }
+    const int qi = q0 + qq, h = g * G + qi % G;
+    float* o = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
+#pragma unroll
+    for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
+      const int d = lane + 32 * jj;
+      if (d < D) o[d] = L > 0.0f ? acc[jj] / L : 0.0f;
+    }
+  }
+}
+
+// The end of a split item in either attention kernel, once its partial records are written:
+// the block counts itself in at its group's (group, g) counter, and the block that completes the
+// count merges every split's records into the output (merge_split_records), so the merge needs no
+// launch of its own. Every thread of the block calls it. arrivals [groups, Hkv] are zero before
+// the launch and left zero (the merging block resets its count) for the next call.
+__device__ void merge_if_last_split(const AttnRow* rows, const AttnSplitGroup* groups, int group, const AttnShape& s,
+                                    int g, const float* partials, float* out, int* arrivals) {
+  LOOM_SHARED(int, last);
+  __threadfence();  // this thread's records reach every SM before the block counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* count = arrivals + int64_t(group) * s.num_kv_heads + g;
+    last = atomicAdd(count, 1) == groups[group].nsplit - 1 ? 1 : 0;
+    if (last) *count = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other splits' records, counted in before this block, are read after
+  merge_split_records(rows[groups[group].row], groups[group], s, g, partials, out);
+}
+
 // Semantics: for the item's queries qq < nq (query qi = tile·kQueries + qq: token i = qi / G, head
 // h = g·G + qi mod G, g = blockIdx.y) over the visible keys c in [key_begin, key_end):
 //   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
 //   acc = Σ_c e^{s_c - m} V[c, g]
 // written as out[tok_start + i, h, :] = acc / l (0 where no key is visible) when item.partial < 0,
-// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
+// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2), and the
+// block that completes the item's split group (groups[item.group]) merges its records into out.
 // q [T, ldq] f32, kc, vc [S, Hkv·D] in C (paged: slot = block_table[c / bs]·bs + c mod bs),
-// rows [nrows] and items [nitems] staged, out [T, Hq·D], partials scratch.
+// rows [nrows], items [nitems] and groups staged, out [T, Hq·D], partials scratch, arrivals
+// [groups, Hkv] zero (and left zero).
 template <typename C>
 __global__ void __launch_bounds__(kWarps * 32)
     flash_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
-                           const AttnWorkItem* items, AttnShape s, float* out, float* partials) {
+                           const AttnWorkItem* items, AttnShape s, float* out, float* partials,
+                           const AttnSplitGroup* groups, int* arrivals) {
   wait_for_prior_kernels();
   LOOM_DYNAMIC_SHARED(float, smem);
   const AttnWorkItem item = items[blockIdx.x];
@@ -248,48 +309,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-}
-
-// Semantics: for each split group (grid.x) and KV head g (grid.y), each of the tile's queries qq:
-//   M = max_s m_s, out = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s (0 where no split saw a key),
-// the partial records of split s at ((group.partial + s·nq + qq) · Hkv + g) · (D + 2), for the
-// tile's queries q0 + qq, qq < nq (either kernel's tiles).
-__global__ void __launch_bounds__(kWarps * 32)
-    merge_splits_kernel(const AttnRow* rows, const AttnSplitGroup* groups, AttnShape s,
-                        const float* partials, float* out) {
-  wait_for_prior_kernels();
-  const AttnSplitGroup grp = groups[blockIdx.x];
-  const AttnRow row = rows[grp.row];
-  const int g = blockIdx.y, D = s.head_dim, G = s.num_heads / s.num_kv_heads;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int q0 = grp.q0, nq = grp.nq;
-  for (int qq = warp; qq < nq; qq += kWarps) {
-    auto record = [&](int split) {
-      return partials + (int64_t(grp.partial + split * nq + qq) * s.num_kv_heads + g) * (D + 2);
-    };
-    float M = -INFINITY;
-    for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, record(sp)[0]);
-    float L = 0.0f, acc[kMaxDimsPerLane] = {};
-    if (M != -INFINITY) {
-      for (int sp = 0; sp < grp.nsplit; sp++) {
-        const float* rec = record(sp);
-        const float w = rec[0] == -INFINITY ? 0.0f : expf(rec[0] - M);
-        L += w * rec[1];
-#pragma unroll
-        for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
-          const int d = lane + 32 * jj;
-          if (d < D) acc[jj] = fmaf(w, rec[2 + d], acc[jj]);
-        }
-      }
-    }
-    const int qi = q0 + qq, h = g * G + qi % G;
-    float* o = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
-#pragma unroll
-    for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
-      const int d = lane + 32 * jj;
-      if (d < D) o[d] = L > 0.0f ? acc[jj] / L : 0.0f;
-    }
-  }
+  if (item.partial >= 0) merge_if_last_split(rows, groups, item.group, s, g, partials, out, arrivals);
 }
 
 }  // namespace

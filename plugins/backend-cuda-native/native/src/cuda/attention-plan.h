@@ -14,10 +14,11 @@
 namespace loom {
 
 // One query tile of one row over a slice of its visible keys [key_begin, key_end); `partial` is
-// the first of the tile's partial records when its keys are split (-1: it writes the output).
+// the first of the tile's partial records when its keys are split (-1: it writes the output), and
+// `group` its split group (the index of its AttnSplitGroup; -1 when not split).
 // The tile's queries are q0 = tile · (the kernel's tile size) .. q0 + nq of the row's n·G.
 struct AttnWorkItem {
-  int32_t row, tile, key_begin, key_end, partial;
+  int32_t row, tile, key_begin, key_end, partial, group;
 };
 // A query tile (queries q0 .. q0 + nq of its row) whose keys are split into `nsplit` items:
 // split s wrote query qq's record at partial + s·nq + qq.
@@ -110,16 +111,16 @@ inline int64_t plan_attention(const AttnRow* rows, int nrows, const AttnShape& s
       const int key_end = row.cache_len + (row.tree_mask ? row.n : last_token + 1);
       int64_t nsplit = std::min<int64_t>(want, (key_end + tiling.split_keys - 1) / tiling.split_keys);
       if (nsplit <= 1) {
-        items->push_back({r, t, 0, key_end, -1});
+        items->push_back({r, t, 0, key_end, -1, -1});
         continue;
       }
       // Whole key tiles per split; rounding may leave fewer splits than asked for.
       const int chunk = int(((key_end + nsplit - 1) / nsplit + tiling.key_tile - 1) / tiling.key_tile * tiling.key_tile);
       nsplit = (key_end + chunk - 1) / chunk;
-      const int first = int(records);
+      const int first = int(records), group = int(groups->size());
       groups->push_back({r, q0, nq, first, int(nsplit)});
       for (int sp = 0; sp < int(nsplit); sp++)
-        items->push_back({r, t, sp * chunk, std::min(key_end, (sp + 1) * chunk), first + sp * nq});
+        items->push_back({r, t, sp * chunk, std::min(key_end, (sp + 1) * chunk), first + sp * nq, group});
       records += nsplit * nq;
     }
   }

@@ -20,7 +20,8 @@
 //  - O += P·V: P's A fragments are built from S's accumulators in registers (the C layout of two
 //    n-fragments is the A layout of one k-step), V's B fragments by ldmatrix.trans;
 //  - a split item (a long history cut over several blocks to fill the GPU) writes its (max, sum,
-//    unnormalised output) records for merge_splits_kernel, as the SIMT kernel's splits do.
+//    unnormalised output) records, and the block that completes its group merges them
+//    (merge_if_last_split, shared with the SIMT kernel).
 // Precision: q and p are f32 but an MMA's operands are 16-bit, so each is split into a high part
 // and the remainder (x = hi + lo, both in the cache's dtype; tensor-core.cuh's split_x) and both
 // parts are multiplied: Q·Kᵀ and P·V cost two MMAs each and the result stays at f32-accumulation
@@ -55,15 +56,17 @@ __device__ __forceinline__ uint32_t pack16(uint16_t lo, uint16_t hi) { return ui
 //   s_c = scale · q[tok_start + i, h] · K[c, g];  m = max_c s_c, l = Σ_c e^{s_c - m},
 //   acc = Σ_c e^{s_c - m} V[c, g]
 // written as out[tok_start + i, h, :] = acc / l (0 where no key is visible) when item.partial < 0,
-// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2).
+// else as the partial record (m, l, acc[D]) at ((item.partial + qq) · Hkv + g) · (D + 2), and the
+// block that completes the item's split group (groups[item.group]) merges its records into out.
 // q [T, ldq] f32, kc, vc [S, Hkv·D] in C (f16 or bf16; paged: slot = block_table[c / bs]·bs +
-// c mod bs), rows and items staged (plan_attention; key_begin a multiple of kTcKeys), out
-// [T, Hq·D], partials scratch. grid (items, Hkv), block 4 warps, dynamic shared memory
-// tc_attention_smem_bytes(D).
+// c mod bs), rows, items and groups staged (plan_attention; key_begin a multiple of kTcKeys), out
+// [T, Hq·D], partials scratch, arrivals [groups, Hkv] zero (and left zero). grid (items, Hkv),
+// block 4 warps, dynamic shared memory tc_attention_smem_bytes(D).
 template <typename C, int D>
 __global__ void __launch_bounds__(4 * 32)
     tc_attention_kernel(const float* q, int64_t ldq, const C* kc, const C* vc, const AttnRow* rows,
-                        const AttnWorkItem* items, AttnShape s, float* out, float* partials) {
+                        const AttnWorkItem* items, AttnShape s, float* out, float* partials,
+                        const AttnSplitGroup* groups, int* arrivals) {
   wait_for_prior_kernels();
   constexpr DType DT = CacheDType<C>::value;
   constexpr int kStride = D + kTcPad;   // halves per shared-memory row
@@ -242,32 +245,34 @@ __global__ void __launch_bounds__(4 * 32)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  if (!computes) return;
+  if (computes) {  // warp-uniform
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int qq = r ? r1 : r0;
-    if (qq >= nq) continue;
-    float* dst;
-    if (item.partial < 0) {
-      const int qi = q0 + qq, h = g * G + qi % G;
-      dst = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
-    } else {
-      float* rec = partials + (int64_t(item.partial + qq) * s.num_kv_heads + g) * (D + 2);
-      if ((lane & 3) == 0) {
-        rec[0] = m[r];
-        rec[1] = l[r];
+    for (int r = 0; r < 2; r++) {
+      const int qq = r ? r1 : r0;
+      if (qq >= nq) continue;
+      float* dst;
+      if (item.partial < 0) {
+        const int qi = q0 + qq, h = g * G + qi % G;
+        dst = out + (int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D;
+      } else {
+        float* rec = partials + (int64_t(item.partial + qq) * s.num_kv_heads + g) * (D + 2);
+        if ((lane & 3) == 0) {
+          rec[0] = m[r];
+          rec[1] = l[r];
+        }
+        dst = rec + 2;
       }
-      dst = rec + 2;
-    }
-    const bool normalise = item.partial < 0;
+      const bool normalise = item.partial < 0;
 #pragma unroll
-    for (int j = 0; j < kDimFrags; j++) {
-      const int d = 8 * j + 2 * (lane & 3);
-      const float a = o[j][2 * r], b = o[j][2 * r + 1];
-      dst[d] = !normalise ? a : l[r] > 0.0f ? a / l[r] : 0.0f;
-      dst[d + 1] = !normalise ? b : l[r] > 0.0f ? b / l[r] : 0.0f;
+      for (int j = 0; j < kDimFrags; j++) {
+        const int d = 8 * j + 2 * (lane & 3);
+        const float a = o[j][2 * r], b = o[j][2 * r + 1];
+        dst[d] = !normalise ? a : l[r] > 0.0f ? a / l[r] : 0.0f;
+        dst[d + 1] = !normalise ? b : l[r] > 0.0f ? b / l[r] : 0.0f;
+      }
     }
   }
+  if (item.partial >= 0) merge_if_last_split(rows, groups, item.group, s, g, partials, out, arrivals);
 }
 
 }  // namespace

@@ -18,8 +18,9 @@
 //    tree mask, else causally (j <= i).
 // Keys are split over the KV sequence where one item per (row, head) would leave the GPU idle
 // (few rows, long contexts): each split writes its (max, sum, unnormalised output) partial to
-// scratch and a second kernel merges the splits of each query exactly as the online softmax would
-// (out = Σ e^{m_s - M} acc_s / Σ e^{m_s - M} l_s).
+// scratch and counts itself in at its group's counter; the block that completes the count merges
+// the splits of each query exactly as the online softmax would (out = Σ e^{m_s - M} acc_s /
+// Σ e^{m_s - M} l_s), so the merge costs no launch of its own (a batch-1 step has one per layer).
 #include <cstring>
 
 #include "cuda/attention-kernels.cuh"
@@ -32,31 +33,34 @@ namespace {
 template <typename C>
 void launch_flash(CudaDevice* dev, const dim3& grid, size_t smem, const float* q, int64_t ldq, const void* kc,
                   const void* vc, const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape,
-                  float* out, float* partials) {
+                  float* out, float* partials, const AttnSplitGroup* groups, int* arrivals) {
   // Above the default 48 KB (head_dim > 128) a kernel must opt in to more dynamic shared memory.
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(flash_attention_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   dev->launch("attention launch", flash_attention_kernel<C>, grid, kWarps * 32, smem, q, ldq,
-              static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out, partials);
+              static_cast<const C*>(kc), static_cast<const C*>(vc), rows, items, shape, out, partials, groups,
+              arrivals);
 }
 
 template <typename C, int D>
 void launch_tc(CudaDevice* dev, const dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
-               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials,
+               const AttnSplitGroup* groups, int* arrivals) {
   const size_t smem = tc_attention_smem_bytes(D);
   if (smem > 48 * 1024)
     cudaFuncSetAttribute(tc_attention_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   dev->launch("attention launch", tc_attention_kernel<C, D>, grid, 4 * 32, smem, q, ldq, static_cast<const C*>(kc),
-              static_cast<const C*>(vc), rows, items, shape, out, partials);
+              static_cast<const C*>(vc), rows, items, shape, out, partials, groups, arrivals);
 }
 
 template <typename C>
 void launch_tc(CudaDevice* dev, const dim3& grid, const float* q, int64_t ldq, const void* kc, const void* vc,
-               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials) {
+               const AttnRow* rows, const AttnWorkItem* items, const AttnShape& shape, float* out, float* partials,
+               const AttnSplitGroup* groups, int* arrivals) {
   if (shape.head_dim == 64)
-    launch_tc<C, 64>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials);
+    launch_tc<C, 64>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials, groups, arrivals);
   else
-    launch_tc<C, 128>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials);
+    launch_tc<C, 128>(dev, grid, q, ldq, kc, vc, rows, items, shape, out, partials, groups, arrivals);
 }
 
 }  // namespace
@@ -72,10 +76,17 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   const int64_t records = plan_attention(rows, nrows, shape, tiling, sm_count_, &attn_items_, &attn_groups_);
   if (attn_items_.empty()) return;
   float* partials = nullptr;
+  int* arrivals = nullptr;
   if (!attn_groups_.empty()) {
     const int64_t floats = records * shape.num_kv_heads * (shape.head_dim + 2);
     partials = static_cast<float*>(grow(&attn_partials_, floats * int64_t(sizeof(float))));
-    if (!partials) {
+    // One arrival count per (group, KV head); fresh memory is zeroed, and every call leaves the
+    // counts it used at zero again.
+    const int64_t had = attn_arrivals_.bytes;
+    arrivals = static_cast<int*>(
+        grow(&attn_arrivals_, int64_t(attn_groups_.size()) * shape.num_kv_heads * int64_t(sizeof(int))));
+    if (arrivals && attn_arrivals_.bytes != had) zero(arrivals, attn_arrivals_.bytes);
+    if (!partials || !arrivals) {
       check(cudaErrorMemoryAllocation, "attention split scratch");
       return;
     }
@@ -95,30 +106,29 @@ void CudaDevice::attention(const float* q, int64_t ldq, const void* kc, const vo
   if (!staged) return;
   const auto* d_rows = reinterpret_cast<const AttnRow*>(staged);
   const auto* d_items = reinterpret_cast<const AttnWorkItem*>(staged + items_at);
+  const auto* d_groups = reinterpret_cast<const AttnSplitGroup*>(staged + groups_at);
   const dim3 grid(unsigned(attn_items_.size()), unsigned(shape.num_kv_heads));
   if (tiling.tensor_cores) {
     if (shape.kv_dtype == DType::F16)
-      launch_tc<__half>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+      launch_tc<__half>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials, d_groups, arrivals);
     else
-      launch_tc<__nv_bfloat16>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+      launch_tc<__nv_bfloat16>(this, grid, q, ldq, kc, vc, d_rows, d_items, shape, out, partials, d_groups, arrivals);
   } else {
     const size_t smem = attention_smem_bytes(shape.head_dim);
     switch (shape.kv_dtype) {
       case DType::F32:
-        launch_flash<float>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<float>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials, d_groups,
+                            arrivals);
         break;
       case DType::F16:
-        launch_flash<__half>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<__half>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials, d_groups,
+                             arrivals);
         break;
       default:
-        launch_flash<__nv_bfloat16>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials);
+        launch_flash<__nv_bfloat16>(this, grid, smem, q, ldq, kc, vc, d_rows, d_items, shape, out, partials,
+                                    d_groups, arrivals);
     }
   }
-  if (attn_groups_.empty()) return;
-  const auto* d_groups = reinterpret_cast<const AttnSplitGroup*>(staged + groups_at);
-  launch("attention merge launch", merge_splits_kernel,
-         dim3(unsigned(attn_groups_.size()), unsigned(shape.num_kv_heads)), kWarps * 32, 0, d_rows, d_groups, shape,
-         partials, out);
 }
 
 }  // namespace loom

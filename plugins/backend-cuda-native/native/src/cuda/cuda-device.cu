@@ -138,7 +138,7 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
 
 CudaDevice::~CudaDevice() {
   cudaStreamSynchronize(stream_);
-  for (GrowingBuffer* b : {&attn_partials_, &lora_partials_, &split_partials_, &prefill_x_, &tc_x_})
+  for (GrowingBuffer* b : {&attn_partials_, &attn_arrivals_, &lora_partials_, &split_partials_, &prefill_x_, &tc_x_})
     if (b->data) cudaFree(b->data);
   for (auto& r : staged_) cudaEventDestroy(r.done);
   for (auto e : free_events_) cudaEventDestroy(e);

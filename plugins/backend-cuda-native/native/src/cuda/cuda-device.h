@@ -151,13 +151,14 @@ class CudaDevice final : public Device {
   uint64_t stage_written_ = 0;
   std::deque<StagedRange> staged_;
   std::deque<cudaEvent_t> free_events_;
-  // Attention's plan of the current call (host) and the split partials' scratch (device, grown on
-  // demand, released with the device).
+  // Attention's plan of the current call (host), and the split partials' scratch and arrival
+  // counts (device, grown on demand, released with the device).
   std::vector<AttnWorkItem> attn_items_;
   std::vector<AttnSplitGroup> attn_groups_;
   std::vector<uint8_t> attn_staging_;  // rows, items and groups packed for one staged copy
   StagedCopy attn_staged_;             // the last call's staged plan (reused while unchanged)
   GrowingBuffer attn_partials_;
+  GrowingBuffer attn_arrivals_;  // split groups' arrival counts (int per group and KV head), kept zero
   // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
   // planes (device, grown on demand, released with the device).
   std::vector<LoraItem> lora_items_;

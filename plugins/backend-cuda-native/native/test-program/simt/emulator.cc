@@ -264,9 +264,15 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
   L.exchange.assign(warps * 64, 0);  // [warps, 2, 32]: next_exchange's two halves
   L.gather.assign(warps * 32 * kGatherBytes, 0);
   g_launch = &L;
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) run_block(L, dim3(x, y, z));
+  // A GPU runs blocks in no promised order: every other launch runs them last to first, so a
+  // kernel whose result depends on the order (say, on which block of a group arrives last) fails.
+  static unsigned long long launches = 0;
+  const bool reversed = launches++ % 2 == 1;
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  for (unsigned long long i = 0; i < blocks; i++) {
+    const unsigned long long b = reversed ? blocks - 1 - i : i;
+    run_block(L, dim3(unsigned(b % grid.x), unsigned(b / grid.x % grid.y), unsigned(b / grid.x / grid.y)));
+  }
   g_launch = nullptr;
 }
 

@@ -4,16 +4,17 @@
 // with LOOM_SIMT_EMULATION defined, as plain C++ that this emulator runs: every CUDA thread of a
 // block is a fiber on the calling OS thread, and the scheduler switches fibers round-robin at each
 // synchronisation point (__syncthreads, and every warp shuffle or ballot, which is a warp barrier
-// after writing to an exchange buffer). Blocks run one after another. So kernels run with CUDA's semantics for what
-// they are allowed to assume (block barriers, warp-synchronous shuffles with full masks, shared
-// memory per block), not with its timing: a kernel that depends on lockstep execution without a
-// sync, on inter-block concurrency or on atomics fails here or is not expressible.
+// after writing to an exchange buffer). Blocks run one after another, in grid order or reversed on
+// every other launch. So kernels run with CUDA's semantics for what they are allowed to assume
+// (block barriers, warp-synchronous shuffles with full masks, shared memory per block), not with
+// its timing: a kernel that depends on lockstep execution without a sync, on the order of blocks,
+// on inter-block concurrency or on atomics beyond counting fails here or is not expressible.
 //
 // Supported: threadIdx/blockIdx/blockDim/gridDim (x, y, z), shared memory (LOOM_SHARED and
 // LOOM_DYNAMIC_SHARED of cuda/simt-compat.cuh), __syncthreads, __syncthreads_or and __syncwarp,
 // __shfl_sync, __shfl_up_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte
 // values, __ballot_sync with the full mask and __popc, atomicAdd on int and unsigned long long
-// (fibers never interleave inside it), __float_as_uint / __uint_as_float, __double_as_longlong, float4,
+// (fibers never interleave inside it), __threadfence and __ldcg, __float_as_uint / __uint_as_float, __double_as_longlong, float4,
 // warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
@@ -30,6 +31,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 
 namespace simt {
@@ -152,6 +154,10 @@ inline int atomicAdd(int* address, int value) {
   *address = old + value;
   return old;
 }
+// Blocks run one after another, so every write of a finished block is visible to the next:
+// fences are nothing, and an L2-only load is a load.
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
 inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
   const unsigned long long old = *address;
   *address = old + value;
