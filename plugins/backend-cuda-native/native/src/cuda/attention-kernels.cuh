@@ -112,14 +112,12 @@ __device__ __forceinline__ float tile_query(const float* q, int64_t ldq, const A
   return q[(int64_t(row.tok_start) + qi / G) * ldq + int64_t(h) * s.head_dim + d] * s.scale;
 }
 
-// Reads a float another block of this launch wrote: from L2, past this SM's L1 (not coherent
-// across SMs).
-__device__ __forceinline__ float load_coherent(const float* p) { return __ldcg(p); }
-
 // Semantics: for split group `grp` and KV head g, each of the group's queries qq < nq:
 //   M = max_s m_s, out = Σ_s e^{m_s - M} acc_s / Σ_s e^{m_s - M} l_s (0 where no split saw a key),
 // split s's record of query qq at ((grp.partial + s·nq + qq) · Hkv + g) · (D + 2), for the tile's
-// queries q0 + qq (either kernel's tiles). Run by the whole block that completes the group.
+// queries q0 + qq (either kernel's tiles). Run by the whole block that completes the group; the
+// records were written by other blocks of this launch, so they are read with __ldcg (from L2,
+// past this SM's L1, which is not coherent across SMs).
 // Not inlined: a rare tail whose registers would otherwise crowd the kernels' main loops (inlined,
 // the bf16 tensor-core kernel at D = 128 spilled 52 bytes).
 __device__ __noinline__ void merge_split_records(const AttnRow& row, const AttnSplitGroup& grp, const AttnShape& s, int g,
@@ -132,18 +130,18 @@ __device__ __noinline__ void merge_split_records(const AttnRow& row, const AttnS
       return partials + (int64_t(grp.partial + split * nq + qq) * s.num_kv_heads + g) * (D + 2);
     };
     float M = -INFINITY;
-    for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, load_coherent(record(sp)));
+    for (int sp = 0; sp < grp.nsplit; sp++) M = fmaxf(M, __ldcg(record(sp)));
     float L = 0.0f, acc[kMaxDimsPerLane] = {};
     if (M != -INFINITY) {
       for (int sp = 0; sp < grp.nsplit; sp++) {
         const float* rec = record(sp);
-        const float m = load_coherent(rec);
+        const float m = __ldcg(rec);
         const float w = m == -INFINITY ? 0.0f : expf(m - M);
-        L += w * load_coherent(rec + 1);
+        L += w * __ldcg(rec + 1);
 #pragma unroll
         for (int jj = 0; jj < kMaxDimsPerLane; jj++) {
           const int d = lane + 32 * jj;
-          if (d < D) acc[jj] = fmaf(w, load_coherent(rec + 2 + d), acc[jj]);
+          if (d < D) acc[jj] = fmaf(w, __ldcg(rec + 2 + d), acc[jj]);
         }
       }
     }
