@@ -39,6 +39,11 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
     skinnySplit > 0 && skinnySplit < Number(skinny?.[1]),
     `and the skinny GEMM both with K split and whole (${skinny?.[0]})`,
   )
+  const lora = /emulated lora: (\d+) launches with their items inline, (\d+) staged/.exec(result.output)
+  t.ok(
+    Number(lora?.[1]) > 0 && Number(lora?.[2]) > 0,
+    `LoRA launches with their items both in the parameters and staged (${lora?.[0]})`,
+  )
 })
 
 t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {

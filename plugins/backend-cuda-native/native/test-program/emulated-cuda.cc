@@ -89,7 +89,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   bool reads_host_memory() const override { return false; }
 
   // What the plans covered: attention calls, calls with a split tile, split tiles; matmul jobs by
-  // kernel.
+  // kernel; LoRA launches by where their items travel.
   std::string coverage() const {
     return "emulated attention: " + std::to_string(calls_) + " calls, " + std::to_string(split_calls_) +
            " with keys split across blocks (" + std::to_string(split_tiles_) + " split tiles), " +
@@ -98,7 +98,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
            " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " + std::to_string(skinny_jobs_) +
-           " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n";
+           " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
+           "emulated lora: " + std::to_string(lora_inline_launches_) + " launches with their items inline, " +
+           std::to_string(lora_staged_launches_) + " staged\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -335,8 +337,15 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   }
 
  private:
+  // A launch's items as the cuda device passes them: inline when they fit, else "staged" (here the
+  // host vector itself: emulated device memory is host memory).
+  LoraItemList lora_items(const std::vector<LoraItem>& items) {
+    const bool fit = lora_items_fit_inline(items.size());
+    (fit ? lora_inline_launches_ : lora_staged_launches_)++;
+    return lora_item_list(items.data(), items.size(), fit ? nullptr : items.data());
+  }
   void shrink(const float* x, int64_t ldx, int64_t K, const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
-    const LoraItem* items = p.items.data();
+    const LoraItemList items = lora_items(p.items);
     dispatch_lora_shrink(p, [&](auto kernel) {
       simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kShrinkWarps * 32), 0,
                    [&] { kernel(x, ldx, K, items, tmp, ldt, p.rgroups, p.kslice, plane); });
@@ -344,7 +353,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   }
   void expand(const float* tmp, int64_t ldt, LoraLaunch& p, int ksplit, int64_t plane, float* tmp_out) {
     if (!plan_lora_expand(&p)) return;
-    const LoraItem* items = p.items.data();
+    const LoraItemList items = lora_items(p.items);
     dispatch_lora_expand(p, [&](auto kernel) {
       simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kExpandThreads), 0,
                    [&] { kernel(tmp, ldt, items, ksplit, plane, tmp_out); });
@@ -357,6 +366,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<float> partials_, lora_planes_;
   std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
+  int64_t lora_inline_launches_ = 0, lora_staged_launches_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
   int64_t prefill_jobs_ = 0;

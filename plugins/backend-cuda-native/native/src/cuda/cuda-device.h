@@ -109,6 +109,10 @@ class CudaDevice final : public Device {
   // a step: one copy a step instead of one a layer (a copy is a stream operation of its own).
   void* stage_reusing(StagedCopy* last, const void* src, int64_t bytes);
 
+  // A LoRA launch's items as its kernel parameter: inline when they fit, else staged (false:
+  // staging failed, recorded in the status).
+  bool lora_items(const std::vector<LoraItem>& items, LoraItemList* out);
+
   // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
   bool check(cudaError_t err, const char* what);
 
@@ -159,8 +163,8 @@ class CudaDevice final : public Device {
   StagedCopy attn_staged_;             // the last call's staged plan (reused while unchanged)
   GrowingBuffer attn_partials_;
   GrowingBuffer attn_arrivals_;  // split groups' arrival counts (int per group and KV head), kept zero
-  // lora_apply: the items of both launches (host, staged in one copy) and the shrink's K-slice
-  // planes (device, grown on demand, released with the device).
+  // lora_apply: the items of both launches when they do not fit inline (host, staged in one
+  // copy) and the shrink's K-slice planes (device, grown on demand, released with the device).
   std::vector<LoraItem> lora_items_;
   GrowingBuffer lora_partials_;
   // Split-K matmul partials (device, grown on demand, released with the device).

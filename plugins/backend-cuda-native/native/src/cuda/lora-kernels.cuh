@@ -1,7 +1,8 @@
 // Multi-LoRA kernels of the cuda device, Punica's SGMV/BGMV split: a shrink (x·A: K -> rank) and
 // an expand (·B: rank -> N), each ONE launch for the whole batch of mixed adapters. The segment
-// list (one run of tokens per adapter; a decode row is a one-token segment, the BGMV case) is
-// staged to the device and bound to blockIdx.x, so rows of different adapters, ranks (1..128) and
+// list (one run of tokens per adapter; a decode row is a one-token segment, the BGMV case) travels
+// in the launch's parameters when it is short, else staged to the device (lora-plan.h:
+// LoraItemList), and is bound to blockIdx.x, so rows of different adapters, ranks (1..128) and
 // dtypes share a launch; blocks past a segment's rank or tokens exit at once.
 //
 //  - shrink: a block owns one segment, 8 rank rows (a warp each), up to TOK tokens and one slice
@@ -32,6 +33,11 @@ namespace loom {
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
 
+// Item i of a launch, from its parameters or its staged copy (uniform per block: i is blockIdx.x).
+__device__ __forceinline__ LoraItem lora_item(const LoraItemList& items, unsigned i) {
+  return items.staged ? items.staged[i] : items.inline_items[i];
+}
+
 // One warp: acc[t] += Σ_{k in tile} A[r, k0+k] * xs[t][k], 8 elements per lane per step.
 template <DType DT, int TOK>
 __device__ __forceinline__ void shrink_tile_vec(const void* a, int64_t row_off, int kn, const float (*xs)[kShrinkKTile],
@@ -57,12 +63,13 @@ __device__ __forceinline__ void shrink_tile_vec(const void* a, int64_t row_off, 
 // (or K). x [T, ldx], A [rank, K], tmp [ceil(K/kslice) planes of T, ldt]
 template <int TOK, bool VEC>
 __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const float* x, int64_t ldx, int64_t K,
-                                                                         const LoraItem* items, float* tmp,
+                                                                         const __grid_constant__ LoraItemList items,
+                                                                         float* tmp,
                                                                          int64_t ldt, int rgroups, int64_t kslice,
                                                                          int64_t plane) {
   wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kShrinkKTile], xs);  // 16-byte aligned: float4 reads
-  const LoraItem it = items[blockIdx.x];
+  const LoraItem it = lora_item(items, blockIdx.x);
   const int slice = int(blockIdx.y) / rgroups;
   const int r0 = (int(blockIdx.y) % rgroups) * kShrinkWarps, c0 = blockIdx.z * TOK;
   const int64_t k_begin = int64_t(slice) * kslice, k_end = K - k_begin < kslice ? K : k_begin + kslice;
@@ -116,11 +123,12 @@ __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const fl
 // one launch write disjoint (token, y) pairs.
 template <int TOK, bool VEC>
 __global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float* tmp, int64_t ldt,
-                                                                      const LoraItem* items, int ksplit,
+                                                                      const __grid_constant__ LoraItemList items,
+                                                                      int ksplit,
                                                                       int64_t plane, float* tmp_out) {
   wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kMaxRank], vs);
-  const LoraItem it = items[blockIdx.x];
+  const LoraItem it = lora_item(items, blockIdx.x);
   const int64_t nb = int64_t(blockIdx.y) * kExpandCols;
   const int c0 = blockIdx.z * TOK;
   if (nb >= it.N || c0 >= it.tok_count) return;

@@ -21,10 +21,30 @@ struct LoraItem {
   int64_t ldy, N;
 };
 
+// The items of one launch as its kernel reads them. Up to kLoraInlineItems travel inside the
+// launch's own parameters, which reach the GPU with the launch. More are staged to device memory
+// first (CudaDevice::stage): a host-to-device copy, a stream operation of its own between the
+// projection before it and the shrink, which at small batches costs about what the two LoRA
+// kernels do. 24 items cover q|k|v of 8 distinct adapters (gate|up of 12, o or down of 24); the
+// parameters stay under 1.5 KB.
+constexpr int kLoraInlineItems = 24;
+struct LoraItemList {
+  const LoraItem* staged;                   // the items in device memory, or null: in inline_items
+  LoraItem inline_items[kLoraInlineItems];  // [0, n) when staged is null
+};
+inline bool lora_items_fit_inline(size_t n) { return n <= size_t(kLoraInlineItems); }
+// `items` inline (staged null: they must fit), or only the pointer to their staged copy.
+inline LoraItemList lora_item_list(const LoraItem* items, size_t n, const LoraItem* staged) {
+  LoraItemList list{};
+  list.staged = staged;
+  if (!staged) std::copy(items, items + std::min(n, size_t(kLoraInlineItems)), list.inline_items);
+  return list;
+}
+
 constexpr int kShrinkWarps = 8, kShrinkKTile = 512;
 constexpr int kExpandThreads = 128, kExpandCols = kExpandThreads * 8, kMaxRank = 128;
 
-// One launch of either kernel: the staged items, the grid, and the template choice (tokens per
+// One launch of either kernel: its items, the grid, and the template choice (tokens per
 // block, 16-byte loads or not). A shrink's grid.y is rank groups × K slices; `t_span` is one past
 // the last token of any segment (a partial plane holds t_span rows of ldt floats).
 struct LoraLaunch {

@@ -5,31 +5,42 @@
 
 namespace loom {
 
-// The launches of both halves. The items of a call's launches are staged in one copy: each
-// staged copy is a stream operation of its own, a few microseconds beside kernels this small.
-static void launch_shrink(CudaDevice* dev, const float* x, int64_t ldx, int64_t K, const LoraItem* d_items,
+// The launches of both halves, each with its items inline or staged (lora-plan.h: LoraItemList).
+static void launch_shrink(CudaDevice* dev, const float* x, int64_t ldx, int64_t K, const LoraItemList& items,
                           const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
   dispatch_lora_shrink(p, [&](auto kernel) {
-    dev->launch("lora_shrink launch", kernel, grid, kShrinkWarps * 32, 0, x, ldx, K, d_items, tmp, ldt, p.rgroups,
+    dev->launch("lora_shrink launch", kernel, grid, kShrinkWarps * 32, 0, x, ldx, K, items, tmp, ldt, p.rgroups,
                 p.kslice, plane);
   });
 }
 
-static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, const LoraItem* d_items, const LoraLaunch& p,
-                          int ksplit, int64_t plane, float* tmp_out) {
+static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, const LoraItemList& items,
+                          const LoraLaunch& p, int ksplit, int64_t plane, float* tmp_out) {
   const dim3 grid(p.grid_x, p.grid_y, p.grid_z);
   dispatch_lora_expand(p, [&](auto kernel) {
-    dev->launch("lora_expand launch", kernel, grid, kExpandThreads, 0, tmp, ldt, d_items, ksplit, plane, tmp_out);
+    dev->launch("lora_expand launch", kernel, grid, kExpandThreads, 0, tmp, ldt, items, ksplit, plane, tmp_out);
   });
+}
+
+// A launch's items as its parameter: inline when they fit, else staged (false: staging failed,
+// the device's status says why).
+bool CudaDevice::lora_items(const std::vector<LoraItem>& items, LoraItemList* out) {
+  const LoraItem* staged = nullptr;
+  if (!lora_items_fit_inline(items.size())) {
+    staged = static_cast<const LoraItem*>(stage(items.data(), int64_t(items.size() * sizeof(LoraItem))));
+    if (!staged) return false;
+  }
+  *out = lora_item_list(items.data(), items.size(), staged);
+  return true;
 }
 
 void CudaDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                              int64_t ldt) {
   LoraLaunch p;
-  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p)) return;
-  const auto* d_items = static_cast<const LoraItem*>(stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
-  if (d_items) launch_shrink(this, x, ldx, K, d_items, p, tmp, ldt, 0);
+  LoraItemList items;
+  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p) || !lora_items(p.items, &items)) return;
+  launch_shrink(this, x, ldx, K, items, p, tmp, ldt, 0);
 }
 
 void CudaDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const LoraSegment* segs, int nsegs, float* y,
@@ -37,9 +48,9 @@ void CudaDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lor
   if (nsegs <= 0) return;
   LoraLaunch p;
   lora_expand_items(segs, nsegs, y, ldy, N, &p);
-  if (!plan_lora_expand(&p)) return;
-  const auto* d_items = static_cast<const LoraItem*>(stage(p.items.data(), int64_t(p.items.size() * sizeof(LoraItem))));
-  if (d_items) launch_expand(this, tmp, ldt, d_items, p, 1, 0, nullptr);
+  LoraItemList items;
+  if (!plan_lora_expand(&p) || !lora_items(p.items, &items)) return;
+  launch_expand(this, tmp, ldt, items, p, 1, 0, nullptr);
 }
 
 // Semantics: Device::lora_apply, in two launches: one shrink over every segment of every module
@@ -64,13 +75,22 @@ void CudaDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSe
       return;
     }
   }
-  lora_items_.assign(sp.items.begin(), sp.items.end());
-  lora_items_.insert(lora_items_.end(), ep.items.begin(), ep.items.end());
-  const auto* d_items =
-      static_cast<const LoraItem*>(stage(lora_items_.data(), int64_t(lora_items_.size() * sizeof(LoraItem))));
-  if (!d_items) return;
-  launch_shrink(this, x, ldx, K, d_items, sp, planes, ldt, plane);
-  launch_expand(this, planes, ldt, d_items + nsegs, ep, sp.ksplit, plane, sp.ksplit > 1 ? tmp : nullptr);
+  // Both launches have nsegs items: both inline, or both staged in one copy.
+  LoraItemList shrink_items, expand_items;
+  if (lora_items_fit_inline(size_t(nsegs))) {
+    shrink_items = lora_item_list(sp.items.data(), sp.items.size(), nullptr);
+    expand_items = lora_item_list(ep.items.data(), ep.items.size(), nullptr);
+  } else {
+    lora_items_.assign(sp.items.begin(), sp.items.end());
+    lora_items_.insert(lora_items_.end(), ep.items.begin(), ep.items.end());
+    const auto* d_items =
+        static_cast<const LoraItem*>(stage(lora_items_.data(), int64_t(lora_items_.size() * sizeof(LoraItem))));
+    if (!d_items) return;
+    shrink_items = lora_item_list(nullptr, 0, d_items);
+    expand_items = lora_item_list(nullptr, 0, d_items + nsegs);
+  }
+  launch_shrink(this, x, ldx, K, shrink_items, sp, planes, ldt, plane);
+  launch_expand(this, planes, ldt, expand_items, ep, sp.ksplit, plane, sp.ksplit > 1 ? tmp : nullptr);
 }
 
 }  // namespace loom
