@@ -18,7 +18,7 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   t.ok(Number(row?.[1]) >= 1000, `the grids ran (${row?.[1]} cases)`)
   const families = ['attention', 'argmax', 'top_k', 'log_sum_exp', 'tree_walk', 'sample', 'rmsnorm', 'rope']
   const more = ['rope_tables', 'embedding', 'silu', 'gather_rows', 'kv_slots', 'kv_cache', 'lora_shrink', 'matmul']
-  for (const family of [...families, ...more, 'lora_expand', 'lora_apply'])
+  for (const family of [...families, ...more, 'lora_expand', 'lora_apply', 'rmsnorm_matmul'])
     t.match(result.output, new RegExp(`^${family}: .* worst `, 'm'), `${family} was checked`)
   t.equal(Number(row?.[2]), 0, 'no failures')
   const coverage = /emulated attention: (\d+) calls, (\d+) with keys split across blocks/.exec(result.output)
@@ -39,6 +39,11 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
     skinnySplit > 0 && skinnySplit < Number(skinny?.[1]),
     `and the skinny GEMM both with K split and whole (${skinny?.[0]})`,
   )
+  const norm = /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV, (\d+) as two ops/.exec(result.output)
+  t.ok(
+    Number(norm?.[1]) > 0 && Number(norm?.[2]) > 0,
+    `rmsnorm_matmul both folded into the GEMV and as two ops (${norm?.[0]})`,
+  )
   const lora = /emulated lora: (\d+) launches with their items inline, (\d+) staged/.exec(result.output)
   t.ok(
     Number(lora?.[1]) > 0 && Number(lora?.[2]) > 0,
@@ -49,7 +54,7 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
 t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {
   const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
   if ('error' in built) return t.fail(built.error)
-  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm , skinny-gemm,pdl' }
+  const env = { ...process.env, LOOM_CUDA_DISABLE: 'tc-attention, tc-gemm , skinny-gemm,pdl,fused-norm' }
   const result = await run(
     built.program,
     ['--device', 'emulated-cuda', '--seed', '2', '--families', 'attention,matmul'],
@@ -68,6 +73,8 @@ t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still
   const matmul = /emulated matmul: .*, (\d+) simt jobs, (\d+) tensor-core jobs.*, (\d+) skinny jobs/.exec(result.output)
   t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) === 0, `no job took the tensor-core GEMM (${matmul?.[0]})`)
   t.equal(Number(matmul?.[3]), 0, 'and none the skinny GEMM')
+  const norm = /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV, (\d+) as two ops/.exec(result.output)
+  t.ok(Number(norm?.[1]) === 0 && Number(norm?.[2]) > 0, `no norm was folded into the GEMV (${norm?.[0]})`)
 })
 
 t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the known ones', async (t) => {
@@ -78,6 +85,6 @@ t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the kno
   t.equal(result.status, 2)
   t.match(
     result.output,
-    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm, pdl)',
+    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm)',
   )
 })

@@ -75,6 +75,13 @@ void emulated_tc(const simt::dim3& grid, const float* q, int64_t ldq, const void
     });
 }
 
+// How matmul-kernels.cuh's launch_* helpers launch on the emulator.
+auto launcher() {
+  return [](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
+    simt::launch(simt::dim3(gx, gy, gz), simt::dim3(unsigned(threads)), smem, [&] { kernel(args...); });
+  };
+}
+
 // The reference's memory (host, but used as device memory) and ops, with the covered ops run as
 // the cuda device runs them:
 // the same plans and kernels, the same launch shapes, on the emulator. Reports f16 caches, as the
@@ -99,6 +106,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
            " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " + std::to_string(skinny_jobs_) +
            " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
+           "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV, " +
+           std::to_string(unfused_norm_calls_) + " as two ops\n" +
            "emulated lora: " + std::to_string(lora_inline_launches_) + " launches with their items inline, " +
            std::to_string(lora_staged_launches_) + " staged\n";
   }
@@ -237,17 +246,28 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       });
   }
 
+  // As the cuda device: the norm folded into the GEMV where it can be.
+  void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
+                      const MatmulJob* jobs, int njobs) override {
+    if (T <= 0 || njobs <= 0) return;
+    if (!keep_xn && gemv_norm_fusable(jobs, njobs, T, jobs[0].w.cols, norm_w, 132, paths_)) {
+      launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps}, launcher());
+      gemv_jobs_ += njobs, fused_norm_calls_++;
+      return;
+    }
+    unfused_norm_calls_++;
+    Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  }
+
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     if (T <= 0) return;
-    auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
-      simt::launch(simt::dim3(gx, gy, gz), simt::dim3(unsigned(threads)), smem, [&] { kernel(args...); });
-    };
+    auto launch = launcher();
     // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
     // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
     // GEMM), so every form of the GEMMs is checked.
     const int sms = (matmul_calls_++ % 2) ? 132 : 1;
     if (gemv_fusable(jobs, njobs, T, sms, paths_)) {  // as the cuda device: one launch for the call
-      launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
+      launch_gemv(x, T, ldx, jobs, njobs, accumulate, GemvNorm{nullptr, 0.0f}, launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
       return;
     }
@@ -367,6 +387,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t lora_inline_launches_ = 0, lora_staged_launches_ = 0;
+  int64_t fused_norm_calls_ = 0, unfused_norm_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
   int64_t prefill_jobs_ = 0;

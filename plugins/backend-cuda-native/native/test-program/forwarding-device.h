@@ -37,6 +37,10 @@ class ForwardingDevice : public Device {
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     inner_->matmul(x, T, ldx, jobs, njobs, accumulate);
   }
+  void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
+                      const MatmulJob* jobs, int njobs) override {
+    inner_->rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  }
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                int64_t ldy) override {
     inner_->rmsnorm(x, T, ldx, H, w, eps, y, ldy);

@@ -98,15 +98,30 @@ void OpTimingDevice::copy(void* dst, const void* src, int64_t bytes) {
 void OpTimingDevice::zero(void* dst, int64_t bytes) {
   timed("zero", [&] { inner_->zero(dst, bytes); });
 }
+namespace {
+// By shape: "matmul 4096+1024+1024x4096" is one call's jobs' outputs and their K.
+std::string matmul_name(const char* op, const MatmulJob* jobs, int njobs) {
+  std::string name = std::string(op) + " ";
+  for (int i = 0; i < njobs; i++) name += (i ? "+" : "") + std::to_string(jobs[i].w.rows);
+  if (njobs > 0) name += "x" + std::to_string(jobs[0].w.cols);
+  return name;
+}
+}  // namespace
+
 void OpTimingDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs,
                             bool accumulate) {
   if (!on_) return inner_->matmul(x, T, ldx, jobs, njobs, accumulate);  // no name to build for a step not timed
-  // By shape: "matmul 4096+1024+1024x4096" is one call's jobs' outputs and their K.
-  std::string name = "matmul ";
-  for (int i = 0; i < njobs; i++) name += (i ? "+" : "") + std::to_string(jobs[i].w.rows);
-  if (njobs > 0) name += "x" + std::to_string(jobs[0].w.cols);
   // Marks keep the name until the step ends: one string per shape, for the whole run.
-  timed(names_.insert(name).first->c_str(), [&] { inner_->matmul(x, T, ldx, jobs, njobs, accumulate); });
+  timed(names_.insert(matmul_name("matmul", jobs, njobs)).first->c_str(),
+        [&] { inner_->matmul(x, T, ldx, jobs, njobs, accumulate); });
+}
+// One entry whether the device fuses the norm or runs it as a launch of its own before the
+// projection: the pair is what the call costs.
+void OpTimingDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
+                                    bool keep_xn, const MatmulJob* jobs, int njobs) {
+  if (!on_) return inner_->rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  timed(names_.insert(matmul_name("rmsnorm+matmul", jobs, njobs)).first->c_str(),
+        [&] { inner_->rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs); });
 }
 void OpTimingDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                              int64_t ldy) {

@@ -76,6 +76,8 @@ class OpTimingDevice final : public ForwardingDevice {
   void zero(void* dst, int64_t bytes) override;
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
+  void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
+                      const MatmulJob* jobs, int njobs) override;
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                int64_t ldy) override;
   void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,

@@ -41,6 +41,8 @@ class CudaDevice final : public Device {
   DType kv_dtype() const override { return DType::F16; }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override;
+  void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
+                      const MatmulJob* jobs, int njobs) override;
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                int64_t ldy) override;
   void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,

@@ -25,10 +25,13 @@ struct CudaKernelPaths {
   // while the one before it finishes; off: the stream's plain order (each kernel starts after the
   // previous one has drained).
   bool pdl = true;
+  // Device::rmsnorm_matmul's norm folded into the GEMV's read of x (matmul-kernels.cuh:
+  // GemvNorm) at 1-4 tokens; off: an rmsnorm launch, then the projection.
+  bool fused_norm = true;
 };
 
 // The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl"; }
+inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm"; }
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
 // surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
@@ -48,6 +51,8 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
       paths.skinny_gemm = false;
     } else if (item == "pdl") {
       paths.pdl = false;
+    } else if (item == "fused-norm") {
+      paths.fused_norm = false;
     } else if (!item.empty()) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";

@@ -100,6 +100,16 @@ struct GemvJobs {
 // Columns a GEMV warp covers with one 16-byte chunk per lane (8 elements each).
 constexpr int kGemvStep = 32 * 8;
 
+// The RMSNorm a GEMV folds into its read of x (Device::rmsnorm_matmul): the projection of
+// RMSNorm(x) · w is r_t · Σ_k W[n,k] · (x[t,k] · w[k]) with r_t = 1/sqrt(Σ_k x[t,k]² / K + eps), and
+// every warp already reads all of x[t, 0..K) for its dot products, so it sums the squares on the
+// way and scales its sums by r_t at the end: no pass over x before the projection, no normed copy
+// of x, one launch fewer. w null: no norm.
+struct GemvNorm {
+  const float* w;  // [K], 16-byte aligned
+  float eps;
+};
+
 // One step of a GEMV warp's rows: raw[u][r] = the 16-byte chunk of W row min(n0 + r, N - 1) at
 // column k0 + u * kGemvStep (k0 = lane * 8 + step * kGemvStep * UNROLL), for the columns below K.
 template <DType DT, int ROWS, int UNROLL>
@@ -115,16 +125,18 @@ __device__ __forceinline__ void gemv_load_step(const void* w, int64_t N, int64_t
 }
 
 // Semantics: for each job (W [N, K], bias, y, ldy), t in this block's TOK tokens, n in its warps'
-//   rows: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k x[t*ldx+k] * W[n,k].
+//   rows: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k x[t*ldx+k] * W[n,k];
+//   NORM: y[t*ldy+n] = (acc ? y : 0) + bias[n] + r_t * Σ_k x[t*ldx+k] * norm.w[k] * W[n,k],
+//   r_t = 1/sqrt(Σ_k x[t*ldx+k]^2 / K + norm.eps)  (GemvNorm).
 //   grid (jobs.block_end[n-1], ceil(T/TOK)), block kGemvWarps*32.
 // x [T, ldx] f32, W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
 // Each warp owns ROWS consecutive rows and walks K in chunks of 8 elements per lane (256 per
 // warp): all UNROLL x ROWS weight loads of a step are issued (raw, streamed past L1) before any is
 // widened, and x is read straight from global memory (L1-resident: every warp of the SM reads the
 // same TOK rows), so no barrier ever stalls the stream. Rows past N load row N-1 and are dropped.
-template <DType DT, int TOK>
+template <DType DT, int TOK, bool NORM = false>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, int64_t T, int64_t ldx, GemvJobs jobs,
-                                                                int64_t K, bool accumulate) {
+                                                                int64_t K, bool accumulate, GemvNorm norm) {
   constexpr int ROWS = GemvShape<TOK>::kRows, UNROLL = GemvShape<TOK>::kUnroll, kStep = kGemvStep;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * TOK;
@@ -149,11 +161,14 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
   // float4 reads of x need 16-byte aligned rows; otherwise scalar reads (same values).
   const bool x_vec = ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   float acc[ROWS][TOK];
+  float ss[TOK];  // NORM: this lane's Σ x² per token
 #pragma unroll
-  for (int r = 0; r < ROWS; r++)
+  for (int t = 0; t < TOK; t++) {
+    ss[t] = 0.0f;
 #pragma unroll
-    for (int t = 0; t < TOK; t++) acc[r][t] = 0.0f;
-  // acc += one step's weights (raw, from column k0) times x.
+    for (int r = 0; r < ROWS; r++) acc[r][t] = 0.0f;
+  }
+  // acc += one step's weights (raw, from column k0) times x (NORM: times x · norm.w).
   auto accumulate_step = [&](const Raw8<DT> (&raw)[UNROLL][ROWS], int64_t k0) {
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
@@ -162,6 +177,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
       float wv[ROWS][8];
 #pragma unroll
       for (int r = 0; r < ROWS; r++) widen_raw8<DT>(raw[u][r], wv[r]);
+      float nw[8];
+      if constexpr (NORM) {
+        const float4 a = ldg4(norm.w + k), b = ldg4(norm.w + k + 4);
+        nw[0] = a.x, nw[1] = a.y, nw[2] = a.z, nw[3] = a.w, nw[4] = b.x, nw[5] = b.y, nw[6] = b.z, nw[7] = b.w;
+      }
 #pragma unroll
       for (int t = 0; t < TOK; t++) {
         if (t >= tn) break;
@@ -173,6 +193,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
         } else {
 #pragma unroll
           for (int i = 0; i < 8; i++) xv[i] = ldg1(xt + i);
+        }
+        if constexpr (NORM) {
+#pragma unroll
+          for (int i = 0; i < 8; i++) {
+            ss[t] = fmaf(xv[i], xv[i], ss[t]);
+            xv[i] *= nw[i];
+          }
         }
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
@@ -190,12 +217,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
     gemv_load_step<DT, ROWS, UNROLL>(w, N, K, n0, k0, raw);
     accumulate_step(raw, k0);
   }
+  // NORM: r_t from the whole row's Σ x² (the warp's lanes cover all of K), the reciprocal root in
+  // double as rmsnorm_kernel takes it.
+  float scale[TOK];
+#pragma unroll
+  for (int t = 0; t < TOK; t++)
+    scale[t] = NORM ? float(1.0 / sqrt(double(warp_sum(ss[t])) / double(K) + double(norm.eps))) : 1.0f;
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
     const int64_t n = n0 + r;
 #pragma unroll
     for (int t = 0; t < TOK; t++) {
-      const float v = warp_sum(acc[r][t]);
+      const float v = warp_sum(acc[r][t]) * scale[t];
       if (lane == 0 && n < N && t < tn) {
         float* out = y + (t0 + t) * ldy + n;
         *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + v;
@@ -394,8 +427,22 @@ __global__ void __launch_bounds__(kSimtThreads) gemm_simt_kernel(const float* x,
 
 // `run(kernel, tok)` launches the GEMV instance for `dt` and the plan's tokens per block.
 template <typename Run>
-void dispatch_gemv(DType dt, int64_t T, Run&& run) {
+void dispatch_gemv(DType dt, int64_t T, bool norm, Run&& run) {
   const int tok = gemv_tokens_per_block(T);
+  if (norm) {  // gemv_norm_fusable: at most kGemvNormMaxTokens tokens
+    auto pick = [&](auto k1, auto k2, auto k4) { tok == 1 ? run(k1, 1) : tok == 2 ? run(k2, 2) : run(k4, 4); };
+    switch (dt) {
+      case DType::F32:
+        pick(gemv_kernel<DType::F32, 1, true>, gemv_kernel<DType::F32, 2, true>, gemv_kernel<DType::F32, 4, true>);
+        break;
+      case DType::F16:
+        pick(gemv_kernel<DType::F16, 1, true>, gemv_kernel<DType::F16, 2, true>, gemv_kernel<DType::F16, 4, true>);
+        break;
+      default:
+        pick(gemv_kernel<DType::BF16, 1, true>, gemv_kernel<DType::BF16, 2, true>, gemv_kernel<DType::BF16, 4, true>);
+    }
+    return;
+  }
   auto pick = [&](auto k1, auto k2, auto k4, auto k8) {
     tok == 1 ? run(k1, 1) : tok == 2 ? run(k2, 2) : tok == 4 ? run(k4, 4) : run(k8, 8);
   };
@@ -412,10 +459,11 @@ void dispatch_gemv(DType dt, int64_t T, Run&& run) {
   }
 }
 
-// One GEMV launch for jobs[0, n) (n <= kGemvMaxJobs; same dtype and K, all on the GEMV path).
+// One GEMV launch for jobs[0, n) (n <= kGemvMaxJobs; same dtype and K, all on the GEMV path),
+// with `norm` folded into its read of x when norm.w is set (gemv_norm_fusable).
 template <typename Launch>
 void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int n, bool accumulate,
-                 Launch&& launch) {
+                 GemvNorm norm, Launch&& launch) {
   const int tok = gemv_tokens_per_block(T);
   GemvJobs g{};
   g.n = n;
@@ -426,10 +474,25 @@ void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, 
     blocks += gemv_grid_x(jobs[i].w.rows, tok);
     g.block_end[i] = blocks;
   }
-  dispatch_gemv(jobs[0].w.dtype, T, [&](auto kernel, int) {
+  dispatch_gemv(jobs[0].w.dtype, T, norm.w != nullptr, [&](auto kernel, int) {
     launch(kernel, unsigned(blocks), unsigned((T + tok - 1) / tok), 1u, kGemvWarps * 32, size_t(0), x, T, ldx, g,
-           jobs[0].w.cols, accumulate);
+           jobs[0].w.cols, accumulate, norm);
   });
+}
+
+// Whether rmsnorm_matmul's norm can fold into one GEMV launch of jobs[0, n): 1..kGemvMaxJobs
+// jobs on the GEMV path with one dtype and K = the norm's width, at most kGemvNormMaxTokens tokens
+// (the shapes of a decode step below the skinny GEMM), an aligned norm weight, and the path on.
+constexpr int kGemvNormMaxTokens = 4;
+inline bool gemv_norm_fusable(const MatmulJob* jobs, int n, int64_t T, int64_t H, const float* norm_w, int sms,
+                              const CudaKernelPaths& paths) {
+  if (!paths.fused_norm || n < 1 || n > kGemvMaxJobs || T > kGemvNormMaxTokens) return false;
+  if ((reinterpret_cast<uintptr_t>(norm_w) & 15) != 0) return false;
+  for (int i = 0; i < n; i++)
+    if (matmul_path(jobs[i], T, sms, paths) != MatmulPath::kGemv || jobs[i].w.rows <= 0 ||
+        jobs[i].w.dtype != jobs[0].w.dtype || jobs[i].w.cols != H)
+      return false;
+  return true;
 }
 
 // Whether jobs[0, n) can share one GEMV launch: 2..kGemvMaxJobs jobs, all on the GEMV path, with
@@ -570,7 +633,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       break;
     }
     case MatmulPath::kGemv:
-      launch_gemv(x, T, ldx, &j, 1, accumulate, launch);
+      launch_gemv(x, T, ldx, &j, 1, accumulate, GemvNorm{nullptr, 0.0f}, launch);
       break;
     case MatmulPath::kSimt:
       launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),

@@ -12,7 +12,8 @@
 //    streams 2-4 weight rows with 16-byte loads, 8 of them in flight per lane before the first
 //    FMA, and dots them with up to 8 tokens of x read through L1 (no shared-memory staging, no
 //    barriers), so every weight byte is read once per 8 tokens and the weight stream never waits
-//    on the block. The jobs of one call (q/k/v, gate/up) share one launch when all take this path.
+//    on the block. The jobs of one call (q/k/v, gate/up) share one launch when all take this path,
+//    and rmsnorm_matmul's norm folds into it at 1-4 tokens (GemvNorm).
 //  - tensor-core GEMM (T > 64, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0):
 //    mma.sync m16n8k16 with f32 accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
 //    x is f32, so it is split once per call (split_x_kernel) into a 16-bit high part and a 16-bit
@@ -32,15 +33,22 @@
 
 namespace loom {
 
-void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
-  if (T <= 0) return;
-  auto launch = [&](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
+namespace {
+// How the kernels of matmul-kernels.cuh launch on `dev` (the form its launch_* helpers call).
+auto matmul_launcher(CudaDevice* dev) {
+  return [dev](auto kernel, unsigned gx, unsigned gy, unsigned gz, int threads, size_t smem, auto... args) {
     // Above the default 48 KB a kernel must opt in to more dynamic shared memory (the prefill GEMM).
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    this->launch("matmul launch", kernel, dim3(gx, gy, gz), threads, smem, args...);
+    dev->launch("matmul launch", kernel, dim3(gx, gy, gz), threads, smem, args...);
   };
+}
+}  // namespace
+
+void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
+  if (T <= 0) return;
+  auto launch = matmul_launcher(this);
   if (gemv_fusable(jobs, njobs, T, sm_count_, paths_)) {
-    launch_gemv(x, T, ldx, jobs, njobs, accumulate, launch);
+    launch_gemv(x, T, ldx, jobs, njobs, accumulate, GemvNorm{nullptr, 0.0f}, launch);
     return;
   }
   // Split-K's workspace, the prefill GEMM's bf16 x and the tensor-core GEMM's split x: grown on
@@ -62,6 +70,18 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   for (int i = 0; i < njobs; i++) {
     launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, paths_, scratch, launch);
   }
+}
+
+// Semantics: Device::rmsnorm_matmul. At 1-4 tokens on the GEMV, one launch that folds the norm
+// into its read of x (GemvNorm) when the normed rows need not be kept; else the two ops.
+void CudaDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
+                                bool keep_xn, const MatmulJob* jobs, int njobs) {
+  if (T <= 0 || njobs <= 0) return;
+  if (!keep_xn && gemv_norm_fusable(jobs, njobs, T, jobs[0].w.cols, norm_w, sm_count_, paths_)) {
+    launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps}, matmul_launcher(this));
+    return;
+  }
+  Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
 }
 
 }  // namespace loom

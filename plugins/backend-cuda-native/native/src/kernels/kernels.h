@@ -192,6 +192,21 @@ class Device {
   virtual void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps,
                        float* y, int64_t ldy) = 0;
 
+  // A block's RMSNorm and the projections that read it, in one call, so a device can fold the
+  // norm into the projections' read of x (the cuda GEMV at 1-4 tokens: one launch and one pass
+  // over the activations fewer).
+  // Semantics: rmsnorm(x, T, ldx, H, norm_w, eps, xn, H); then matmul(xn, T, H, jobs, njobs, false),
+  //   where H = K of every job. keep_xn: xn holds the normed rows afterwards (a LoRA pass reads
+  //   them); false: xn is scratch, undefined afterwards. xn may be x itself (normed in place).
+  // x [T, ldx], norm_w [H], xn [T, H]; the projections as matmul's.
+  // A device without a fused kernel runs exactly that.
+  virtual void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
+                              bool keep_xn, const MatmulJob* jobs, int njobs) {
+    const int64_t H = njobs > 0 ? jobs[0].w.cols : 0;
+    rmsnorm(x, T, ldx, H, norm_w, eps, xn, H);
+    matmul(xn, T, H, jobs, njobs, false);
+  }
+
   // RoPE angle tables of a step, computed once and read by every layer's rope.
   // Semantics: for t<T, i<half: a = f64(positions[t]) * inv_freq[i] (in double: positions can
   //   be large); cos[t*half+i] = f32(cos(a)); sin[t*half+i] = f32(sin(a))

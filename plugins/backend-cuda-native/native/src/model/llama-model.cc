@@ -825,14 +825,14 @@ Status LlamaModel::forward(const StepInput& in) {
     const Layer& L = layers_[size_t(l)];
     // ---- Attention block ----
     // xn = RMSNorm(x) · w_in                                  // [T, H]
-    dev_->rmsnorm(x, T, H, H, L.in_norm.data(), cfg_.rms_eps, xn, H);
     // q | k | v = xn · [Wq; Wk; Wv]ᵀ (+ Qwen2 biases), one pass over the three weights so the
     // thread pool splits their rows together.                // [T, QD + 2 KD]
+    // One call, so a device can fold the norm into the projection; xn is kept for the LoRA pass.
     const MatmulJob qkv_jobs[3] = {{L.q, L.bq.data(), qkv, W}, {L.k, L.bk.data(), qkv + QD, W},
                                    {L.v, L.bv.data(), qkv + QD + KD, W}};  // data() is null without biases
     const int qkv_mods[3] = {kQ, kK, kV};
     lora_plan(int(l), qkv_mods, 3);
-    dev_->matmul(xn, T, H, qkv_jobs, 3, false);
+    dev_->rmsnorm_matmul(x, T, H, L.in_norm.data(), cfg_.rms_eps, xn, !segs_.empty(), qkv_jobs, 3);
     // LoRA on q, k, v: one shrink of xn for the three modules, then one expand per module.
     {
       float* ys[3] = {qkv, qkv + QD, qkv + QD + KD};
@@ -860,12 +860,11 @@ Status LlamaModel::forward(const StepInput& in) {
     }
     // ---- MLP block (SwiGLU) ----
     // xn = RMSNorm(x) · w_post                                // [T, H]
-    dev_->rmsnorm(x, T, H, H, L.post_norm.data(), cfg_.rms_eps, xn, H);
-    // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass          // [T, I] each
+    // gate, up = xn · Wgateᵀ, xn · Wupᵀ in one pass (the norm in the same call, as above)  // [T, I] each
     const MatmulJob gu_jobs[2] = {{L.gate, nullptr, gate_.data(), I}, {L.up, nullptr, up_.data(), I}};
     const int gu_mods[2] = {kGate, kUp};
     lora_plan(int(l), gu_mods, 2);
-    dev_->matmul(xn, T, H, gu_jobs, 2, false);
+    dev_->rmsnorm_matmul(x, T, H, L.post_norm.data(), cfg_.rms_eps, xn, !segs_.empty(), gu_jobs, 2);
     {
       float* ys[2] = {gate_.data(), up_.data()};
       const int64_t lds[2] = {I, I}, ns[2] = {I, I};
@@ -893,9 +892,8 @@ Status LlamaModel::forward(const StepInput& in) {
   float* logits = logits_.data();
   if (nlog > 0) {
     dev_->gather_rows(x, H, step_ints(step_logit_rows_), nlog, H, head_x);
-    dev_->rmsnorm(head_x, nlog, H, H, final_norm_.data(), cfg_.rms_eps, head_x, H);
     const MatmulJob head{lm_head_, nullptr, logits, V};
-    dev_->matmul(head_x, nlog, H, &head, 1, false);
+    dev_->rmsnorm_matmul(head_x, nlog, H, final_norm_.data(), cfg_.rms_eps, head_x, false, &head, 1);
     if (in.debug_logits) dev_->download(in.debug_logits, logits, nlog * V * 4);
   }
 

@@ -185,6 +185,26 @@ std::vector<float> matmul_x(Rng& rng, DType dt, int64_t T, int64_t ldx, int64_t 
   return x;
 }
 
+// matmul jobs placed on a device: weights `bytes[j]` [Ns[j], K] in dt, biases (empty: none) and
+// outputs y0[j] [T, Ns[j] + 3] copied in; the buffers live as long as this.
+struct PlacedJobs {
+  std::vector<DeviceBuffer<uint8_t>> w;
+  std::vector<DeviceBuffer<float>> bias, y;
+  std::vector<MatmulJob> jobs;
+};
+PlacedJobs place_jobs(Device* d, DType dt, int64_t K, const std::vector<std::vector<uint8_t>>& bytes,
+                      const std::vector<std::vector<float>>& bias, const std::vector<std::vector<float>>& y0,
+                      const std::vector<int64_t>& Ns) {
+  PlacedJobs p;
+  for (size_t j = 0; j < Ns.size(); j++) {
+    p.w.push_back(put(d, bytes[j].data(), bytes[j].size()));
+    p.bias.push_back(bias[j].empty() ? DeviceBuffer<float>() : put(d, bias[j]));
+    p.y.push_back(put(d, y0[j]));
+    p.jobs.push_back({{p.w.back().data(), dt, Ns[j], K}, p.bias.back().data(), p.y.back().data(), Ns[j] + 3});
+  }
+  return p;
+}
+
 // One matmul case: njobs weights [N_j, K] stored in `dt` (bytes[j]; deq[j] their f32 values as
 // the reference reads them), x [T, ldx]. Bias and accumulate drawn at random. The bound adds,
 // for random x, what a device that rounds the activations may lose (see the matmul_bf16_dot and
@@ -204,17 +224,9 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
   for (int side = 0; side < 2; side++) {
     Device* d = side ? ref : dev;
     auto xb = put(d, x);
-    std::vector<DeviceBuffer<uint8_t>> wb;
-    std::vector<DeviceBuffer<float>> bb, yb;
-    std::vector<MatmulJob> jobs;
-    for (size_t j = 0; j < size_t(njobs); j++) {
-      wb.push_back(put(d, bytes[j].data(), bytes[j].size()));
-      bb.push_back(bias[j].empty() ? DeviceBuffer<float>() : put(d, bias[j]));
-      yb.push_back(put(d, y0[j]));
-      jobs.push_back({{wb.back().data(), dt, Ns[j], K}, bb.back().data(), yb.back().data(), Ns[j] + 3});
-    }
-    d->matmul(xb.data(), T, ldx, jobs.data(), njobs, acc);
-    for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, yb[j], y0[j].size()));
+    const PlacedJobs p = place_jobs(d, dt, K, bytes, bias, y0, Ns);
+    d->matmul(xb.data(), T, ldx, p.jobs.data(), njobs, acc);
+    for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, p.y[j], y0[j].size()));
   }
   for (size_t j = 0; j < size_t(njobs); j++) {
     const int64_t N = Ns[j];
@@ -313,6 +325,54 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
         }
   test_matmul_prefill_gemm(dev, ref, ck);
   test_matmul_skinny_gemm(dev, ref, ck);
+}
+
+// rmsnorm_matmul, which the cuda device folds into one GEMV launch at 1-4 tokens when the normed
+// rows need not be kept (matmul-kernels.cuh: GemvNorm), against the reference's two ops: every
+// weight dtype, T 1-4 (each GEMV tokens-per-block) and 5 and 9 (the unfused path), 1-4 jobs with
+// random biases, H with a vector tail (100: not fusable) or real widths, x rows aligned or not
+// (ldx), a norm weight at an unaligned address (not fusable), and xn kept or not. x is scaled by
+// 3 so the norm's scale matters. Kept xn is held to rmsnorm's bounds. Its own seed, as
+// test_matmul_prefill_gemm's.
+void test_rmsnorm_matmul(Device* dev, Device* ref, Rng&, Checker& ck) {
+  Rng rng{0x4e0f3};
+  for (DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t H : {576, 2048, 100})
+      for (int64_t T : {1, 2, 3, 4, 5, 9}) {
+        const bool keep = rng.next() & 1, misaligned_w = rng.range(0, 5) == 0;
+        const int64_t ldx = H + (rng.next() & 1 ? 4 : 5);
+        const int njobs = rng.range(1, 4);
+        std::vector<std::vector<uint8_t>> bytes;
+        std::vector<std::vector<float>> bias, y0, out[2];
+        std::vector<int64_t> Ns;
+        for (int j = 0; j < njobs; j++) {
+          Ns.push_back(rng.pick<int64_t>({1, 64, 131}));
+          bytes.push_back(to_dtype(make_weight(rng, dt, Ns[size_t(j)], H).f32, dt));
+          bias.push_back(rng.next() & 1 ? randn(rng, size_t(Ns[size_t(j)])) : std::vector<float>());
+          y0.push_back(randn(rng, size_t(T * (Ns[size_t(j)] + 3))));
+        }
+        const auto x = randn(rng, size_t(T * ldx), 3.0f);
+        std::vector<float> w = randn(rng, size_t(H) + 1);  // the norm weight from w[misaligned_w]
+        std::vector<float> xn[2];
+        for (int side = 0; side < 2; side++) {
+          Device* d = side ? ref : dev;
+          auto xb = put(d, x), wb = put(d, w), xnb = put(d, std::vector<float>(size_t(T * H), 0.0f));
+          const PlacedJobs p = place_jobs(d, dt, H, bytes, bias, y0, Ns);
+          d->rmsnorm_matmul(xb.data(), T, ldx, wb.data() + (misaligned_w ? 1 : 0), 1e-5f, xnb.data(), keep,
+                            p.jobs.data(), njobs);
+          for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, p.y[j], y0[j].size()));
+          xn[side] = get(d, xnb, size_t(T * H));
+        }
+        for (size_t j = 0; j < size_t(njobs); j++)
+          ck.compare("rmsnorm_matmul",
+                     dims((std::string("rmsnorm_matmul ") + dtype_name(dt)).c_str(),
+                          {{"T", T}, {"N", Ns[j]}, {"H", H}, {"jobs", njobs}, {"keep", keep}, {"ldx", ldx},
+                           {"misaligned_w", misaligned_w}}),
+                     out[0][j].data(), out[1][j].data(), out[0][j].size(), 1e-5 * std::sqrt(double(H)), 1e-4);
+        if (keep)
+          ck.compare("rmsnorm_matmul", dims("rmsnorm_matmul kept xn", {{"T", T}, {"H", H}}), xn[0].data(),
+                     xn[1].data(), xn[0].size(), 1e-6, 1e-5);
+      }
 }
 
 // Q8 weights (quantised here as at load): the VNNI kernel (activations rounded to int8 blocks)
@@ -1624,6 +1684,7 @@ struct Family {
 };
 const Family kFamilies[] = {
     {"matmul", test_matmul},
+    {"matmul", test_rmsnorm_matmul},
     {"matmul_q8", test_matmul_q8},
     {"q8_convert", [](Device*, Device*, Rng& rng, Checker& ck) { test_q8_convert(rng, ck); }},
     {"elementwise", test_elementwise},
@@ -1646,12 +1707,13 @@ SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::
   Rng rng{seed};
   g_fault = Status::Ok();
   for (const std::string& name : families) {
-    const Family* family = nullptr;
+    bool known = false;  // a name may cover several entries ("cache", "matmul"): each runs, in order
     for (const Family& f : kFamilies)
-      if (name == f.name) family = &f;
-    if (family) {
-      family->run(device, reference_device(), rng, ck);
-    } else {
+      if (name == f.name) {
+        f.run(device, reference_device(), rng, ck);
+        known = true;
+      }
+    if (!known) {
       res.ok = false;
       res.failures++;
       res.worst_case = "unknown self-test family " + name;
