@@ -106,7 +106,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
            " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " + std::to_string(skinny_jobs_) +
            " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
-           "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV, " +
+           "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV (" +
+           std::to_string(fused_norm_kept_) + " writing the normed rows), " +
            std::to_string(unfused_norm_calls_) + " as two ops\n" +
            "emulated lora: " + std::to_string(lora_inline_launches_) + " launches with their items inline, " +
            std::to_string(lora_staged_launches_) + " staged\n";
@@ -250,9 +251,11 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
                       const MatmulJob* jobs, int njobs) override {
     if (T <= 0 || njobs <= 0) return;
-    if (!keep_xn && gemv_norm_fusable(jobs, njobs, T, jobs[0].w.cols, norm_w, 132, paths_)) {
-      launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps}, launcher());
+    const int64_t H = jobs[0].w.cols;
+    if (gemv_norm_fusable(jobs, njobs, T, H, x, norm_w, xn, keep_xn, 132, paths_)) {
+      launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps, keep_xn ? xn : nullptr, H}, launcher());
       gemv_jobs_ += njobs, fused_norm_calls_++;
+      if (keep_xn) fused_norm_kept_++;
       return;
     }
     unfused_norm_calls_++;
@@ -267,7 +270,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     // GEMM), so every form of the GEMMs is checked.
     const int sms = (matmul_calls_++ % 2) ? 132 : 1;
     if (gemv_fusable(jobs, njobs, T, sms, paths_)) {  // as the cuda device: one launch for the call
-      launch_gemv(x, T, ldx, jobs, njobs, accumulate, GemvNorm{nullptr, 0.0f}, launch);
+      launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
       return;
     }
@@ -387,7 +390,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   int64_t lora_inline_launches_ = 0, lora_staged_launches_ = 0;
-  int64_t fused_norm_calls_ = 0, unfused_norm_calls_ = 0;
+  int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
   int64_t prefill_jobs_ = 0;

@@ -103,12 +103,16 @@ constexpr int kGemvStep = 32 * 8;
 // The RMSNorm a GEMV folds into its read of x (Device::rmsnorm_matmul): the projection of
 // RMSNorm(x) · w is r_t · Σ_k W[n,k] · (x[t,k] · w[k]) with r_t = 1/sqrt(Σ_k x[t,k]² / K + eps), and
 // every warp already reads all of x[t, 0..K) for its dot products, so it sums the squares on the
-// way and scales its sums by r_t at the end: no pass over x before the projection, no normed copy
-// of x, one launch fewer. w null: no norm.
+// way and scales its sums by r_t at the end: no pass over x before the projection, one launch
+// fewer. Where a LoRA pass reads the normed rows, the launch's warps also write them once r_t is
+// known, each a strided share of the columns. w null: no norm.
 struct GemvNorm {
   const float* w;  // [K], 16-byte aligned
   float eps;
+  float* xn;       // [T, ldxn]: the normed rows x · r_t · w, or null: not kept (must not be x)
+  int64_t ldxn;
 };
+inline GemvNorm no_gemv_norm() { return {nullptr, 0.0f, nullptr, 0}; }
 
 // One step of a GEMV warp's rows: raw[u][r] = the 16-byte chunk of W row min(n0 + r, N - 1) at
 // column k0 + u * kGemvStep (k0 = lane * 8 + step * kGemvStep * UNROLL), for the columns below K.
@@ -127,7 +131,8 @@ __device__ __forceinline__ void gemv_load_step(const void* w, int64_t N, int64_t
 // Semantics: for each job (W [N, K], bias, y, ldy), t in this block's TOK tokens, n in its warps'
 //   rows: y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k x[t*ldx+k] * W[n,k];
 //   NORM: y[t*ldy+n] = (acc ? y : 0) + bias[n] + r_t * Σ_k x[t*ldx+k] * norm.w[k] * W[n,k],
-//   r_t = 1/sqrt(Σ_k x[t*ldx+k]^2 / K + norm.eps)  (GemvNorm).
+//   r_t = 1/sqrt(Σ_k x[t*ldx+k]^2 / K + norm.eps)  (GemvNorm), and where norm.xn is set,
+//   norm.xn[t*ldxn+k] = x[t*ldx+k] * r_t * norm.w[k] for k < K.
 //   grid (jobs.block_end[n-1], ceil(T/TOK)), block kGemvWarps*32.
 // x [T, ldx] f32, W [N, K] in DT (K % 8 == 0, 16-byte aligned), bias [N] or null, y [T, ldy]
 // Each warp owns ROWS consecutive rows and walks K in chunks of 8 elements per lane (256 per
@@ -155,9 +160,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
   // rmsnorm, attention, silu_mul) is still finishing, instead of after it.
   const int64_t k_first = int64_t(lane) * 8, k_stride = int64_t(kStep) * UNROLL;
   Raw8<DT> first_raw[UNROLL][ROWS];
-  if (n0 < N) gemv_load_step<DT, ROWS, UNROLL>(w, N, K, n0, k_first, first_raw);
+  // A warp past its job's rows leaves (no barrier below: whole warps may), unless the launch
+  // writes the normed rows: then every warp needs r_t, and it runs the loop on row N-1's weights
+  // (gemv_load_step's clamp) and drops its sums.
+  const bool runs = n0 < N || (NORM && norm.xn != nullptr);
+  if (runs) gemv_load_step<DT, ROWS, UNROLL>(w, N, K, n0, k_first, first_raw);
   wait_for_prior_kernels();
-  if (n0 >= N) return;  // no barrier below: whole warps may leave
+  if (!runs) return;
   // float4 reads of x need 16-byte aligned rows; otherwise scalar reads (same values).
   const bool x_vec = ldx % 4 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   float acc[ROWS][TOK];
@@ -223,6 +232,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
 #pragma unroll
   for (int t = 0; t < TOK; t++)
     scale[t] = NORM ? float(1.0 / sqrt(double(warp_sum(ss[t])) / double(K) + double(norm.eps))) : 1.0f;
+  if (NORM && norm.xn != nullptr) {  // this warp's share of the normed rows, as rmsnorm_kernel rounds them
+    const int64_t lanes = int64_t(gridDim.x) * kGemvWarps * 32;
+    for (int64_t k = (int64_t(blockIdx.x) * kGemvWarps + warp) * 32 + lane; k < K; k += lanes)
+      for (int t = 0; t < tn; t++) norm.xn[(t0 + t) * norm.ldxn + k] = x[(t0 + t) * ldx + k] * scale[t] * norm.w[k];
+  }
 #pragma unroll
   for (int r = 0; r < ROWS; r++) {
     const int64_t n = n0 + r;
@@ -482,11 +496,13 @@ void launch_gemv(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, 
 
 // Whether rmsnorm_matmul's norm can fold into one GEMV launch of jobs[0, n): 1..kGemvMaxJobs
 // jobs on the GEMV path with one dtype and K = the norm's width, at most kGemvNormMaxTokens tokens
-// (the shapes of a decode step below the skinny GEMM), an aligned norm weight, and the path on.
+// (the shapes of a decode step below the skinny GEMM), an aligned norm weight, and the path on;
+// rows kept in place (xn = x) are not: other warps still read x while one writes xn.
 constexpr int kGemvNormMaxTokens = 4;
-inline bool gemv_norm_fusable(const MatmulJob* jobs, int n, int64_t T, int64_t H, const float* norm_w, int sms,
-                              const CudaKernelPaths& paths) {
+inline bool gemv_norm_fusable(const MatmulJob* jobs, int n, int64_t T, int64_t H, const float* x, const float* norm_w,
+                              const float* xn, bool keep_xn, int sms, const CudaKernelPaths& paths) {
   if (!paths.fused_norm || n < 1 || n > kGemvMaxJobs || T > kGemvNormMaxTokens) return false;
+  if (keep_xn && xn == x) return false;
   if ((reinterpret_cast<uintptr_t>(norm_w) & 15) != 0) return false;
   for (int i = 0; i < n; i++)
     if (matmul_path(jobs[i], T, sms, paths) != MatmulPath::kGemv || jobs[i].w.rows <= 0 ||
@@ -633,7 +649,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
       break;
     }
     case MatmulPath::kGemv:
-      launch_gemv(x, T, ldx, &j, 1, accumulate, GemvNorm{nullptr, 0.0f}, launch);
+      launch_gemv(x, T, ldx, &j, 1, accumulate, no_gemv_norm(), launch);
       break;
     case MatmulPath::kSimt:
       launch(gemm_simt_kernel, unsigned((N + kSimtTile - 1) / kSimtTile), unsigned((T + kSimtTile - 1) / kSimtTile),

@@ -48,7 +48,7 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   if (T <= 0) return;
   auto launch = matmul_launcher(this);
   if (gemv_fusable(jobs, njobs, T, sm_count_, paths_)) {
-    launch_gemv(x, T, ldx, jobs, njobs, accumulate, GemvNorm{nullptr, 0.0f}, launch);
+    launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
     return;
   }
   // Split-K's workspace, the prefill GEMM's bf16 x and the tensor-core GEMM's split x: grown on
@@ -73,12 +73,14 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
 }
 
 // Semantics: Device::rmsnorm_matmul. At 1-4 tokens on the GEMV, one launch that folds the norm
-// into its read of x (GemvNorm) when the normed rows need not be kept; else the two ops.
+// into its read of x (GemvNorm) and writes the normed rows only when they are kept; else the two ops.
 void CudaDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
                                 bool keep_xn, const MatmulJob* jobs, int njobs) {
   if (T <= 0 || njobs <= 0) return;
-  if (!keep_xn && gemv_norm_fusable(jobs, njobs, T, jobs[0].w.cols, norm_w, sm_count_, paths_)) {
-    launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps}, matmul_launcher(this));
+  const int64_t H = jobs[0].w.cols;
+  if (gemv_norm_fusable(jobs, njobs, T, H, x, norm_w, xn, keep_xn, sm_count_, paths_)) {
+    const GemvNorm norm{norm_w, eps, keep_xn ? xn : nullptr, H};
+    launch_gemv(x, T, ldx, jobs, njobs, false, norm, matmul_launcher(this));
     return;
   }
   Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);

@@ -331,16 +331,17 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // rows need not be kept (matmul-kernels.cuh: GemvNorm), against the reference's two ops: every
 // weight dtype, T 1-4 (each GEMV tokens-per-block) and 5 and 9 (the unfused path), 1-4 jobs with
 // random biases, H with a vector tail (100: not fusable) or real widths, x rows aligned or not
-// (ldx), a norm weight at an unaligned address (not fusable), and xn kept or not. x is scaled by
-// 3 so the norm's scale matters. Kept xn is held to rmsnorm's bounds. Its own seed, as
+// (ldx), a norm weight at an unaligned address (not fusable), and xn kept or not, in its own
+// buffer or in place (kept in place: not fusable). x is scaled by 3 so the norm's scale matters.
+// Kept xn is held to rmsnorm's bounds. Its own seed, as
 // test_matmul_prefill_gemm's.
 void test_rmsnorm_matmul(Device* dev, Device* ref, Rng&, Checker& ck) {
   Rng rng{0x4e0f3};
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t H : {576, 2048, 100})
       for (int64_t T : {1, 2, 3, 4, 5, 9}) {
-        const bool keep = rng.next() & 1, misaligned_w = rng.range(0, 5) == 0;
-        const int64_t ldx = H + (rng.next() & 1 ? 4 : 5);
+        const bool keep = rng.next() & 1, misaligned_w = rng.range(0, 5) == 0, in_place = rng.range(0, 3) == 0;
+        const int64_t ldx = in_place ? H : H + (rng.next() & 1 ? 4 : 5);
         const int njobs = rng.range(1, 4);
         std::vector<std::vector<uint8_t>> bytes;
         std::vector<std::vector<float>> bias, y0, out[2];
@@ -358,20 +359,20 @@ void test_rmsnorm_matmul(Device* dev, Device* ref, Rng&, Checker& ck) {
           Device* d = side ? ref : dev;
           auto xb = put(d, x), wb = put(d, w), xnb = put(d, std::vector<float>(size_t(T * H), 0.0f));
           const PlacedJobs p = place_jobs(d, dt, H, bytes, bias, y0, Ns);
-          d->rmsnorm_matmul(xb.data(), T, ldx, wb.data() + (misaligned_w ? 1 : 0), 1e-5f, xnb.data(), keep,
-                            p.jobs.data(), njobs);
+          d->rmsnorm_matmul(xb.data(), T, ldx, wb.data() + (misaligned_w ? 1 : 0), 1e-5f,
+                            in_place ? xb.data() : xnb.data(), keep, p.jobs.data(), njobs);
           for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, p.y[j], y0[j].size()));
-          xn[side] = get(d, xnb, size_t(T * H));
+          xn[side] = in_place ? get(d, xb, size_t(T * H)) : get(d, xnb, size_t(T * H));
         }
         for (size_t j = 0; j < size_t(njobs); j++)
           ck.compare("rmsnorm_matmul",
                      dims((std::string("rmsnorm_matmul ") + dtype_name(dt)).c_str(),
                           {{"T", T}, {"N", Ns[j]}, {"H", H}, {"jobs", njobs}, {"keep", keep}, {"ldx", ldx},
-                           {"misaligned_w", misaligned_w}}),
+                           {"misaligned_w", misaligned_w}, {"in_place", in_place}}),
                      out[0][j].data(), out[1][j].data(), out[0][j].size(), 1e-5 * std::sqrt(double(H)), 1e-4);
         if (keep)
-          ck.compare("rmsnorm_matmul", dims("rmsnorm_matmul kept xn", {{"T", T}, {"H", H}}), xn[0].data(),
-                     xn[1].data(), xn[0].size(), 1e-6, 1e-5);
+          ck.compare("rmsnorm_matmul", dims("rmsnorm_matmul kept xn", {{"T", T}, {"H", H}, {"in_place", in_place}}),
+                     xn[0].data(), xn[1].data(), xn[0].size(), 1e-6, 1e-5);
       }
 }
 
