@@ -251,9 +251,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
                       const MatmulJob* jobs, int njobs) override {
     if (T <= 0 || njobs <= 0) return;
-    const int64_t H = jobs[0].w.cols;
-    if (gemv_norm_fusable(jobs, njobs, T, H, x, norm_w, xn, keep_xn, 132, paths_)) {
-      launch_gemv(x, T, ldx, jobs, njobs, false, GemvNorm{norm_w, eps, keep_xn ? xn : nullptr, H}, launcher());
+    if (launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, 132, paths_, launcher())) {
       gemv_jobs_ += njobs, fused_norm_calls_++;
       if (keep_xn) fused_norm_kept_++;
       return;
@@ -365,7 +363,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   LoraItemList lora_items(const std::vector<LoraItem>& items) {
     const bool fit = lora_items_fit_inline(items.size());
     (fit ? lora_inline_launches_ : lora_staged_launches_)++;
-    return lora_item_list(items.data(), items.size(), fit ? nullptr : items.data());
+    return fit ? inline_lora_items(items.data(), items.size()) : staged_lora_items(items.data());
   }
   void shrink(const float* x, int64_t ldx, int64_t K, const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
     const LoraItemList items = lora_items(p.items);

@@ -33,11 +33,16 @@ struct LoraItemList {
   LoraItem inline_items[kLoraInlineItems];  // [0, n) when staged is null
 };
 inline bool lora_items_fit_inline(size_t n) { return n <= size_t(kLoraInlineItems); }
-// `items` inline (staged null: they must fit), or only the pointer to their staged copy.
-inline LoraItemList lora_item_list(const LoraItem* items, size_t n, const LoraItem* staged) {
+// items[0, n) inline (n <= kLoraInlineItems: lora_items_fit_inline).
+inline LoraItemList inline_lora_items(const LoraItem* items, size_t n) {
+  LoraItemList list{};
+  std::copy(items, items + std::min(n, size_t(kLoraInlineItems)), list.inline_items);
+  return list;
+}
+// Items already staged to device memory.
+inline LoraItemList staged_lora_items(const LoraItem* staged) {
   LoraItemList list{};
   list.staged = staged;
-  if (!staged) std::copy(items, items + std::min(n, size_t(kLoraInlineItems)), list.inline_items);
   return list;
 }
 

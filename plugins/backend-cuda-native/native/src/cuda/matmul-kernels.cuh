@@ -511,6 +511,19 @@ inline bool gemv_norm_fusable(const MatmulJob* jobs, int n, int64_t T, int64_t H
   return true;
 }
 
+// rmsnorm_matmul's fused form: one GEMV launch with the norm folded in (writing the normed rows
+// only when they are kept), when gemv_norm_fusable allows; false: nothing launched, the caller
+// runs the two ops.
+template <typename Launch>
+bool launch_rmsnorm_gemv(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
+                         bool keep_xn, const MatmulJob* jobs, int n, int sms, const CudaKernelPaths& paths,
+                         Launch&& launch) {
+  const int64_t H = n > 0 ? jobs[0].w.cols : 0;
+  if (!gemv_norm_fusable(jobs, n, T, H, x, norm_w, xn, keep_xn, sms, paths)) return false;
+  launch_gemv(x, T, ldx, jobs, n, false, GemvNorm{norm_w, eps, keep_xn ? xn : nullptr, H}, launch);
+  return true;
+}
+
 // Whether jobs[0, n) can share one GEMV launch: 2..kGemvMaxJobs jobs, all on the GEMV path, with
 // one dtype and K, every one with rows.
 inline bool gemv_fusable(const MatmulJob* jobs, int n, int64_t T, int sms, const CudaKernelPaths& paths) {

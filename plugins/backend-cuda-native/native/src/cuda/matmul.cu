@@ -77,13 +77,8 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
 void CudaDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
                                 bool keep_xn, const MatmulJob* jobs, int njobs) {
   if (T <= 0 || njobs <= 0) return;
-  const int64_t H = jobs[0].w.cols;
-  if (gemv_norm_fusable(jobs, njobs, T, H, x, norm_w, xn, keep_xn, sm_count_, paths_)) {
-    const GemvNorm norm{norm_w, eps, keep_xn ? xn : nullptr, H};
-    launch_gemv(x, T, ldx, jobs, njobs, false, norm, matmul_launcher(this));
-    return;
-  }
-  Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  if (!launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, sm_count_, paths_, matmul_launcher(this)))
+    Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
 }
 
 }  // namespace loom
