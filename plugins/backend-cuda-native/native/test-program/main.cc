@@ -11,7 +11,9 @@
 // scalar reference for cpu), in small shapes (fast on the reference) or modest real ones.
 // With --bench, the GPU benchmark instead (gpu-bench.h, issue 15): decode, prefill and LoRA-op
 // speed of a random Llama-3-8B-shaped model on one device beside their rooflines, one table.
-// --families limits the self-test to the named families (kernel-self-test.cc's kFamilies).
+// --families limits the self-test to the named families (kernel-self-test.cc's kFamilies); a
+// failing row is followed by a `failed families:` line naming them, which that flag reruns.
+// --kernel-paths prints the names LOOM_CUDA_DISABLE takes, one per line (gpu/check.sh's triage).
 // LOOM_CUDA_DISABLE (cuda/kernel-paths.h) turns optional kernel paths off on the cuda device and,
 // here, on the emulated one too, so their fallbacks are checked the same way.
 //
@@ -22,6 +24,7 @@
 //   loom-native-test --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N]
 //                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--bench-layers N]
 //                    [--seed N] [--threads N] [--require cuda]
+//   loom-native-test --kernel-paths
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,6 +54,7 @@ struct Args {
   int steps = 20;
   bool steps_set = false;
   bool bench = false;  // --bench: the GPU benchmark
+  bool list_kernel_paths = false;  // --kernel-paths: print LOOM_CUDA_DISABLE's names and exit
   loom_bench::BenchOptions bench_opt;
   // The emulated device's optional kernel paths: LOOM_CUDA_DISABLE, as the cuda device reads it.
   loom::CudaKernelPaths kernel_paths;
@@ -72,8 +76,12 @@ std::vector<std::string> split_list(const std::string& s) {
 bool parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; i++) {
     const std::string k = argv[i];
-    if (k == "--bench") {  // the one flag without a value
+    if (k == "--bench") {  // the flags without a value
       a->bench = true;
+      continue;
+    }
+    if (k == "--kernel-paths") {
+      a->list_kernel_paths = true;
       continue;
     }
     if (i + 1 >= argc) return false;
@@ -211,6 +219,17 @@ int run_models(const Args& args) {
   return ok ? 0 : 1;
 }
 
+// A self-test row's failing families, as one line gpu/check.sh reruns them from
+// (`--families a,b --seed N`); nothing when none failed. Flushes the row before it.
+void print_failed_families(const char* device, uint64_t seed, const loom::SelfTestResult& r) {
+  if (!r.failed_families.empty()) {
+    std::string names;
+    for (const std::string& f : r.failed_families) names += (names.empty() ? "" : ",") + f;
+    std::printf("failed families: %s seed %llu: %s\n", device, static_cast<unsigned long long>(seed), names.c_str());
+  }
+  std::fflush(stdout);
+}
+
 // The benchmark (--bench) on the one --device; a device that cannot run here fails only when
 // --require names it.
 int run_bench(const Args& args) {
@@ -236,9 +255,16 @@ int main(int argc, char** argv) {
                  "          [--model NAME] [--seed N]... [--threads N] [--require cuda]\n"
                  "       %s --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N] [--bench-seconds S]\n"
                  "          [--bench-dir DIR] [--peak-tflops X] [--bench-layers N] [--seed N] [--threads N]\n"
-                 "          [--require cuda]\n",
-                 argv[0], argv[0], argv[0]);
+                 "          [--require cuda]\n"
+                 "       %s --kernel-paths\n",
+                 argv[0], argv[0], argv[0], argv[0]);
     return 2;
+  }
+  if (args.list_kernel_paths) {
+    std::string names = loom::cuda_kernel_path_names();
+    for (size_t at; (at = names.find(", ")) != std::string::npos;) names.replace(at, 2, "\n");
+    std::printf("%s\n", names.c_str());
+    return 0;
   }
   std::string bad_paths;
   if (!loom::cuda_kernel_paths_from_env(&args.kernel_paths, &bad_paths)) {
@@ -261,7 +287,7 @@ int main(int argc, char** argv) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("%-6s %6llu %7d %9d %8.3f %8.1f  %s\n", "emulated-cuda", static_cast<unsigned long long>(seed),
                     r.cases, r.failures, r.worst_ratio, secs, r.worst_case.c_str());
-        std::fflush(stdout);
+        print_failed_families("emulated-cuda", seed, r);
         details += "-- emulated-cuda seed " + std::to_string(seed) + "\n" + r.report;
         if (!r.ok || r.failures > 0) failed = true;
       }
@@ -291,7 +317,7 @@ int main(int argc, char** argv) {
       // collects what Device::synchronize reports.
       std::printf("%-6s %6llu %7d %9d %8.3f %8.1f  %s\n", name.c_str(), static_cast<unsigned long long>(seed), r.cases,
                   r.failures, r.worst_ratio, secs, r.worst_case.c_str());
-      std::fflush(stdout);
+      print_failed_families(name.c_str(), seed, r);
       details += "-- " + name + " seed " + std::to_string(seed) + "\n" + r.report;
       if (!r.ok || r.failures > 0) failed = true;
     }

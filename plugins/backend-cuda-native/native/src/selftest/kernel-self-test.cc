@@ -12,6 +12,7 @@
 #include <limits>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -333,10 +334,8 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // random biases, H with a vector tail (100: not fusable) or real widths, x rows aligned or not
 // (ldx), a norm weight at an unaligned address (not fusable), and xn kept or not, in its own
 // buffer or in place (kept in place: not fusable). x is scaled by 3 so the norm's scale matters.
-// Kept xn is held to rmsnorm's bounds. Its own seed, as
-// test_matmul_prefill_gemm's.
-void test_rmsnorm_matmul(Device* dev, Device* ref, Rng&, Checker& ck) {
-  Rng rng{0x4e0f3};
+// Kept xn is held to rmsnorm's bounds.
+void test_rmsnorm_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16})
     for (int64_t H : {576, 2048, 100})
       for (int64_t T : {1, 2, 3, 4, 5, 9}) {
@@ -1677,8 +1676,8 @@ void finish(Device* device, Checker& ck, SelfTestResult& res) {
 
 namespace {
 
-// The self-test's families in the order run_kernel_self_test runs them (the seeded cases depend
-// on it), by the names run_self_test_families takes.
+// The self-test's families in the order run_kernel_self_test runs them, by the names
+// run_self_test_families takes. An entry's place in the list seeds its cases (family_rng).
 struct Family {
   const char* name;
   void (*run)(Device* dev, Device* ref, Rng& rng, Checker& ck);
@@ -1702,16 +1701,49 @@ const Family kFamilies[] = {
 
 }  // namespace
 
+namespace {
+
+// kFamilies[index]'s own stream of the seed: its cases do not depend on the families run before it.
+Rng family_rng(uint64_t seed, size_t index) {
+  Rng mix{seed ^ (uint64_t(index + 1) * 0xd1b54a32d192ed03ull)};
+  return Rng{mix.next()};
+}
+
+void note_failed_family(SelfTestResult& res, const std::string& name) {
+  if (std::find(res.failed_families.begin(), res.failed_families.end(), name) == res.failed_families.end())
+    res.failed_families.push_back(name);
+}
+
+// Runs kFamilies[index], noting it as failed when it adds a failing case or the first device fault.
+void run_family(size_t index, Device* device, uint64_t seed, Checker& ck, SelfTestResult& res) {
+  const Family& family = kFamilies[index];
+  const int failures_before = res.failures;
+  const bool faulted_before = !g_fault.ok();
+  Rng rng = family_rng(seed, index);
+  family.run(device, reference_device(), rng, ck);
+  if (res.failures > failures_before || (!faulted_before && !g_fault.ok())) note_failed_family(res, family.name);
+}
+
+// finish(), attributing a fault only its final wait saw to the last family run.
+void finish_families(Device* device, Checker& ck, SelfTestResult& res, const char* last_family) {
+  const bool faulted_before = !g_fault.ok();
+  finish(device, ck, res);
+  if (!faulted_before && !g_fault.ok() && last_family != nullptr) note_failed_family(res, last_family);
+}
+
+}  // namespace
+
 SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::vector<std::string>& families) {
   SelfTestResult res;
   Checker ck{&res, {}};
-  Rng rng{seed};
   g_fault = Status::Ok();
+  const char* last = nullptr;
   for (const std::string& name : families) {
     bool known = false;  // a name may cover several entries ("cache", "matmul"): each runs, in order
-    for (const Family& f : kFamilies)
-      if (name == f.name) {
-        f.run(device, reference_device(), rng, ck);
+    for (size_t i = 0; i < std::size(kFamilies); i++)
+      if (name == kFamilies[i].name) {
+        run_family(i, device, seed, ck, res);
+        last = kFamilies[i].name;
         known = true;
       }
     if (!known) {
@@ -1720,20 +1752,19 @@ SelfTestResult run_self_test_families(Device* device, uint64_t seed, const std::
       res.worst_case = "unknown self-test family " + name;
     }
   }
-  finish(device, ck, res);
+  finish_families(device, ck, res, last);
   return res;
 }
 
 SelfTestResult run_kernel_self_test(Device* device, uint64_t seed) {
   SelfTestResult res;
   Checker ck{&res, {}};
-  Rng rng{seed};
   g_fault = Status::Ok();
-  for (const Family& family : kFamilies) family.run(device, reference_device(), rng, ck);
+  for (size_t i = 0; i < std::size(kFamilies); i++) run_family(i, device, seed, ck, res);
 #if LOOM_AMX_BF16
   if (std::string(device->name()) == "cpu") test_amx_tile_state(ck);
 #endif
-  finish(device, ck, res);
+  finish_families(device, ck, res, kFamilies[std::size(kFamilies) - 1].name);
   return res;
 }
 
