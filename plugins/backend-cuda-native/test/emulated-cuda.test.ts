@@ -52,6 +52,11 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
     Number(lora?.[1]) > 0 && Number(lora?.[2]) > 0,
     `LoRA launches with their items both in the parameters and staged (${lora?.[0]})`,
   )
+  const lists = /emulated row lists: (.*)/.exec(result.output)?.[1] ?? ''
+  for (const op of ['sample', 'kv_slots', 'tree_walk']) {
+    const m = new RegExp(`${op} (\\d+) inline / (\\d+) staged`).exec(lists)
+    t.ok(Number(m?.[1]) > 0 && Number(m?.[2]) > 0, `${op} launches with their rows both inline and staged (${m?.[0]})`)
+  }
 })
 
 t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still match', async (t) => {

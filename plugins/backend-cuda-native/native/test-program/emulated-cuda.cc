@@ -109,8 +109,9 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV (" +
            std::to_string(fused_norm_kept_) + " writing the normed rows), " +
            std::to_string(unfused_norm_calls_) + " as two ops\n" +
-           "emulated lora: " + std::to_string(lora_inline_launches_) + " launches with their items inline, " +
-           std::to_string(lora_staged_launches_) + " staged\n";
+           "emulated lora: " + std::to_string(lora_lists_.inline_) + " launches with their items inline, " +
+           std::to_string(lora_lists_.staged) + " staged\n" + "emulated row lists: sample " + sample_lists_.text() +
+           ", kv_slots " + kv_slot_lists_.text() + ", tree_walk " + leaf_lists_.text() + "\n";
   }
 
   void attention(const float* q, int64_t ldq, const void* kc, const void* vc, const AttnRow* rows, int nrows,
@@ -194,9 +195,10 @@ class EmulatedCudaDevice final : public ForwardingDevice {
                    [&] { gather_rows_kernel(src, ld, idx, H, dst); });
   }
   void kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) override {
-    if (nrows > 0)
-      simt::launch(simt::dim3(unsigned(nrows)), simt::dim3(kRowOpThreads), 0,
-                   [&] { kv_slots_kernel(rows, block_size, slot); });
+    if (nrows <= 0) return;
+    const auto list = param_list<KvSlotRowList>(rows, size_t(nrows), kv_slot_lists_);
+    simt::launch(simt::dim3(unsigned(nrows)), simt::dim3(kRowOpThreads), 0,
+                 [&] { kv_slots_kernel(list, block_size, slot); });
   }
   void paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size, int32_t* slot) override {
     if (n > 0)
@@ -343,30 +345,38 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       simt::launch(simt::dim3(unsigned(T)), simt::dim3(kRowThreads), 0, [&] { log_sum_exp_kernel(x, ld, V, out); });
   }
   void tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows, int32_t* leaf) override {
-    if (nrows > 0)
-      simt::launch(simt::dim3(unsigned((nrows + 63) / 64)), simt::dim3(64), 0,
-                   [&] { tree_walk_kernel(tokens, argmax, rows, nrows, leaf); });
+    if (nrows <= 0) return;
+    const auto list = param_list<LeafRowList>(rows, size_t(nrows), leaf_lists_);
+    simt::launch(simt::dim3(unsigned((nrows + 63) / 64)), simt::dim3(64), 0,
+                 [&] { tree_walk_kernel(tokens, argmax, list, nrows, leaf); });
   }
   void sample(const float* x, int64_t ld, int64_t V, const SampleParams* params, int nrows, int max_top, int32_t* token,
               float* logprob, int32_t* top_ids, float* top_logprobs, void* scratch) override {
     if (nrows <= 0) return;
     const int64_t stride = sample_row_scratch_bytes(V);
+    const auto list = param_list<SampleParamList>(params, size_t(nrows), sample_lists_);
     simt::launch(simt::dim3(unsigned(nrows)), simt::dim3(kSampleThreads), 0, [&] {
-      sample_kernel(x, ld, V, params, max_top, token, logprob, top_ids, top_logprobs, static_cast<uint8_t*>(scratch),
+      sample_kernel(x, ld, V, list, max_top, token, logprob, top_ids, top_logprobs, static_cast<uint8_t*>(scratch),
                     stride);
     });
   }
 
  private:
-  // A launch's items as the cuda device passes them: inline when they fit, else "staged" (here the
-  // host vector itself: emulated device memory is host memory).
-  LoraItemList lora_items(const std::vector<LoraItem>& items) {
-    const bool fit = lora_items_fit_inline(items.size());
-    (fit ? lora_inline_launches_ : lora_staged_launches_)++;
-    return fit ? inline_lora_items(items.data(), items.size()) : staged_lora_items(items.data());
+  // Launches of one kind by how their list travelled.
+  struct ListCount {
+    int64_t inline_ = 0, staged = 0;
+    std::string text() const { return std::to_string(inline_) + " inline / " + std::to_string(staged) + " staged"; }
+  };
+  // A launch's list as the cuda device passes it (CudaDevice::param_list): inline when it fits,
+  // else "staged" (here the host array itself: emulated device memory is host memory).
+  template <class List, typename T>
+  static List param_list(const T* items, size_t n, ListCount& count) {
+    const bool fit = fits_inline<List>(n);
+    (fit ? count.inline_ : count.staged)++;
+    return fit ? inline_params<List>(items, n) : staged_params<List>(items);
   }
   void shrink(const float* x, int64_t ldx, int64_t K, const LoraLaunch& p, float* tmp, int64_t ldt, int64_t plane) {
-    const LoraItemList items = lora_items(p.items);
+    const auto items = param_list<LoraItemList>(p.items.data(), p.items.size(), lora_lists_);
     dispatch_lora_shrink(p, [&](auto kernel) {
       simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kShrinkWarps * 32), 0,
                    [&] { kernel(x, ldx, K, items, tmp, ldt, p.rgroups, p.kslice, plane); });
@@ -374,7 +384,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   }
   void expand(const float* tmp, int64_t ldt, LoraLaunch& p, int ksplit, int64_t plane, float* tmp_out) {
     if (!plan_lora_expand(&p)) return;
-    const LoraItemList items = lora_items(p.items);
+    const auto items = param_list<LoraItemList>(p.items.data(), p.items.size(), lora_lists_);
     dispatch_lora_expand(p, [&](auto kernel) {
       simt::launch(simt::dim3(p.grid_x, p.grid_y, p.grid_z), simt::dim3(kExpandThreads), 0,
                    [&] { kernel(tmp, ldt, items, ksplit, plane, tmp_out); });
@@ -387,7 +397,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<float> partials_, lora_planes_;
   std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
-  int64_t lora_inline_launches_ = 0, lora_staged_launches_ = 0;
+  ListCount lora_lists_, sample_lists_, kv_slot_lists_, leaf_lists_;
   int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;

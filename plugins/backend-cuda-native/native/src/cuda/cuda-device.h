@@ -16,6 +16,7 @@
 #include "cuda/kernel-launch.h"
 #include "cuda/kernel-paths.h"
 #include "cuda/lora-plan.h"
+#include "cuda/param-list.h"
 #include "kernels/kernels.h"
 #include "runtime/status.h"
 
@@ -111,9 +112,19 @@ class CudaDevice final : public Device {
   // a step: one copy a step instead of one a layer (a copy is a stream operation of its own).
   void* stage_reusing(StagedCopy* last, const void* src, int64_t bytes);
 
-  // A LoRA launch's items as its kernel parameter: inline when they fit, else staged (false:
-  // staging failed, recorded in the status).
-  bool lora_items(const std::vector<LoraItem>& items, LoraItemList* out);
+  // A launch's per-block list (param-list.h: LoRA items, rows, sampling parameters) as its kernel
+  // parameter: inline when the n elements fit, else staged (false: staging failed, recorded in
+  // the status).
+  template <class List, typename T>
+  bool param_list(const T* items, size_t n, List* out) {
+    if (fits_inline<List>(n)) {
+      *out = inline_params<List>(items, n);
+      return true;
+    }
+    const auto* staged = static_cast<const T*>(stage(items, int64_t(n * sizeof(T))));
+    if (staged) *out = staged_params<List>(staged);
+    return staged != nullptr;
+  }
 
   // Record `err` (from a CUDA call named `what`) if it is the first failure; true when ok.
   bool check(cudaError_t err, const char* what);

@@ -12,6 +12,7 @@
 
 #include "cuda/dtype-cuda.cuh"
 #include "cuda/grid-dependency.cuh"
+#include "cuda/param-list.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -165,11 +166,16 @@ __global__ void gather_rows_kernel(const float* src, int64_t ld, const int32_t* 
     dst[i * H + c] = src[from + c];
 }
 
+// A step's rows for kv_slots (param-list.h): 32 inline (1 KB of parameters), so the copy before
+// the step's first layer goes away at decode batches up to 32.
+constexpr int kKvSlotInlineRows = 32;
+using KvSlotRowList = ParamList<AttnRow, kKvSlotInlineRows>;
+
 // Semantics: for i < rows[r].n: c = cache_len + i; slot[tok_start + i] = block_table[c / bs] * bs + c % bs.
-// One block per row r; rows [nrows] staged to the device, slot [T]
-__global__ void kv_slots_kernel(const AttnRow* rows, int block_size, int32_t* slot) {
+// One block per row r; rows [nrows] (inline or staged), slot [T]
+__global__ void kv_slots_kernel(const __grid_constant__ KvSlotRowList rows, int block_size, int32_t* slot) {
   wait_for_prior_kernels();
-  const AttnRow row = rows[blockIdx.x];
+  const AttnRow row = list_item(rows, blockIdx.x);
   for (int i = threadIdx.x; i < row.n; i += blockDim.x) {
     const int c = row.cache_len + i;
     slot[row.tok_start + i] = row.block_table[c / block_size] * block_size + c % block_size;

@@ -46,10 +46,9 @@ void CudaDevice::gather_rows(const float* src, int64_t ld, const int32_t* idx, i
 
 void CudaDevice::kv_slots(const AttnRow* rows, int nrows, int block_size, int32_t* slot) {
   if (nrows <= 0) return;
-  const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(AttnRow)));
-  if (!d_rows) return;
-  launch("kv_slots launch", kv_slots_kernel, unsigned(nrows), kRowOpThreads, 0, static_cast<const AttnRow*>(d_rows),
-         block_size, slot);
+  KvSlotRowList list;
+  if (!param_list(rows, size_t(nrows), &list)) return;
+  launch("kv_slots launch", kv_slots_kernel, unsigned(nrows), kRowOpThreads, 0, list, block_size, slot);
 }
 
 void CudaDevice::paged_slots(const int32_t* block_table, const int32_t* idx, int64_t n, int block_size,

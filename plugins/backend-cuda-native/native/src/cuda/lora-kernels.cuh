@@ -24,6 +24,7 @@
 #include "cuda/dtype-cuda.cuh"
 #include "cuda/grid-dependency.cuh"
 #include "cuda/lora-plan.h"
+#include "cuda/param-list.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
@@ -32,11 +33,6 @@ namespace loom {
 
 // Internal linkage: the test program links this header's emulated build beside the real one.
 namespace {
-
-// Item i of a launch, from its parameters or its staged copy (uniform per block: i is blockIdx.x).
-__device__ __forceinline__ LoraItem lora_item(const LoraItemList& items, unsigned i) {
-  return items.staged ? items.staged[i] : items.inline_items[i];
-}
 
 // One warp: acc[t] += Σ_{k in tile} A[r, k0+k] * xs[t][k], 8 elements per lane per step.
 template <DType DT, int TOK>
@@ -69,7 +65,7 @@ __global__ void __launch_bounds__(kShrinkWarps * 32) lora_shrink_kernel(const fl
                                                                          int64_t plane) {
   wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kShrinkKTile], xs);  // 16-byte aligned: float4 reads
-  const LoraItem it = lora_item(items, blockIdx.x);
+  const LoraItem it = list_item(items, blockIdx.x);
   const int slice = int(blockIdx.y) / rgroups;
   const int r0 = (int(blockIdx.y) % rgroups) * kShrinkWarps, c0 = blockIdx.z * TOK;
   const int64_t k_begin = int64_t(slice) * kslice, k_end = K - k_begin < kslice ? K : k_begin + kslice;
@@ -128,7 +124,7 @@ __global__ void __launch_bounds__(kExpandThreads) lora_expand_kernel(const float
                                                                       int64_t plane, float* tmp_out) {
   wait_for_prior_kernels();
   LOOM_SHARED(float[TOK][kMaxRank], vs);
-  const LoraItem it = lora_item(items, blockIdx.x);
+  const LoraItem it = list_item(items, blockIdx.x);
   const int64_t nb = int64_t(blockIdx.y) * kExpandCols;
   const int c0 = blockIdx.z * TOK;
   if (nb >= it.N || c0 >= it.tok_count) return;

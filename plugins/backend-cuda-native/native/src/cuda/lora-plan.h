@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/param-list.h"
 #include "kernels/kernels.h"
 
 namespace loom {
@@ -21,30 +22,12 @@ struct LoraItem {
   int64_t ldy, N;
 };
 
-// The items of one launch as its kernel reads them. Up to kLoraInlineItems travel inside the
-// launch's own parameters, which reach the GPU with the launch. More are staged to device memory
-// first (CudaDevice::stage): a host-to-device copy, a stream operation of its own between the
-// projection before it and the shrink, which at small batches costs about what the two LoRA
-// kernels do. 24 items cover q|k|v of 8 distinct adapters (gate|up of 12, o or down of 24); the
+// The items of one launch as its kernel reads them (param-list.h). A staged copy sits between the
+// projection before it and the shrink, and at small batches costs about what the two LoRA kernels
+// do. 24 items inline cover q|k|v of 8 distinct adapters (gate|up of 12, o or down of 24); the
 // parameters stay under 1.5 KB.
 constexpr int kLoraInlineItems = 24;
-struct LoraItemList {
-  const LoraItem* staged;                   // the items in device memory, or null: in inline_items
-  LoraItem inline_items[kLoraInlineItems];  // [0, n) when staged is null
-};
-inline bool lora_items_fit_inline(size_t n) { return n <= size_t(kLoraInlineItems); }
-// items[0, n) inline (n <= kLoraInlineItems: lora_items_fit_inline).
-inline LoraItemList inline_lora_items(const LoraItem* items, size_t n) {
-  LoraItemList list{};
-  std::copy(items, items + std::min(n, size_t(kLoraInlineItems)), list.inline_items);
-  return list;
-}
-// Items already staged to device memory.
-inline LoraItemList staged_lora_items(const LoraItem* staged) {
-  LoraItemList list{};
-  list.staged = staged;
-  return list;
-}
+using LoraItemList = ParamList<LoraItem, kLoraInlineItems>;
 
 constexpr int kShrinkWarps = 8, kShrinkKTile = 512;
 constexpr int kExpandThreads = 128, kExpandCols = kExpandThreads * 8, kMaxRank = 128;

@@ -23,23 +23,11 @@ static void launch_expand(CudaDevice* dev, const float* tmp, int64_t ldt, const 
   });
 }
 
-// A launch's items as its parameter: inline when they fit, else staged (false: staging failed,
-// the device's status says why).
-bool CudaDevice::lora_items(const std::vector<LoraItem>& items, LoraItemList* out) {
-  if (lora_items_fit_inline(items.size())) {
-    *out = inline_lora_items(items.data(), items.size());
-    return true;
-  }
-  const auto* staged = static_cast<const LoraItem*>(stage(items.data(), int64_t(items.size() * sizeof(LoraItem))));
-  if (staged) *out = staged_lora_items(staged);
-  return staged != nullptr;
-}
-
 void CudaDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraSegment* segs, int nsegs, float* tmp,
                              int64_t ldt) {
   LoraLaunch p;
   LoraItemList items;
-  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p) || !lora_items(p.items, &items)) return;
+  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p) || !param_list(p.items.data(), p.items.size(), &items)) return;
   launch_shrink(this, x, ldx, K, items, p, tmp, ldt, 0);
 }
 
@@ -49,7 +37,7 @@ void CudaDevice::lora_expand(const float* tmp, int64_t ldt, int64_t N, const Lor
   LoraLaunch p;
   lora_expand_items(segs, nsegs, y, ldy, N, &p);
   LoraItemList items;
-  if (!plan_lora_expand(&p) || !lora_items(p.items, &items)) return;
+  if (!plan_lora_expand(&p) || !param_list(p.items.data(), p.items.size(), &items)) return;
   launch_expand(this, tmp, ldt, items, p, 1, 0, nullptr);
 }
 
@@ -77,17 +65,17 @@ void CudaDevice::lora_apply(const float* x, int64_t ldx, int64_t K, const LoraSe
   }
   // Both launches have nsegs items: both inline, or both staged in one copy.
   LoraItemList shrink_items, expand_items;
-  if (lora_items_fit_inline(size_t(nsegs))) {
-    shrink_items = inline_lora_items(sp.items.data(), sp.items.size());
-    expand_items = inline_lora_items(ep.items.data(), ep.items.size());
+  if (fits_inline<LoraItemList>(size_t(nsegs))) {
+    shrink_items = inline_params<LoraItemList>(sp.items.data(), sp.items.size());
+    expand_items = inline_params<LoraItemList>(ep.items.data(), ep.items.size());
   } else {
     lora_items_.assign(sp.items.begin(), sp.items.end());
     lora_items_.insert(lora_items_.end(), ep.items.begin(), ep.items.end());
     const auto* d_items =
         static_cast<const LoraItem*>(stage(lora_items_.data(), int64_t(lora_items_.size() * sizeof(LoraItem))));
     if (!d_items) return;
-    shrink_items = staged_lora_items(d_items);
-    expand_items = staged_lora_items(d_items + nsegs);
+    shrink_items = staged_params<LoraItemList>(d_items);
+    expand_items = staged_params<LoraItemList>(d_items + nsegs);
   }
   launch_shrink(this, x, ldx, K, shrink_items, sp, planes, ldt, plane);
   launch_expand(this, planes, ldt, expand_items, ep, sp.ksplit, plane, sp.ksplit > 1 ? tmp : nullptr);

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cuda/grid-dependency.cuh"
+#include "cuda/param-list.cuh"
 #include "cuda/row-pick.cuh"
 #include "cuda/simt-compat.cuh"
 #include "kernels/kernels.h"
@@ -543,11 +544,17 @@ __device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uin
 
 // ---- the kernel ----
 
-// Semantics: Device::sample (kernels.h) for row blockIdx.x. params [nrows] (staged copy),
+// A launch's rows' parameters (param-list.h): 16 rows inline (about 1.8 KB of parameters) cover a
+// decode batch of 16, so the copy between the LM head and the sampler goes away at the batch
+// sizes where one stream operation is a visible share of the step.
+constexpr int kSampleInlineRows = 16;
+using SampleParamList = ParamList<SampleParams, kSampleInlineRows>;
+
+// Semantics: Device::sample (kernels.h) for row blockIdx.x. params [nrows],
 // scratch [nrows, stride] bytes, outputs as in kernels.h.
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const float* x, int64_t ld, int64_t V, const SampleParams* params, int max_top, int32_t* token,
-                  float* logprob, int32_t* top_ids, float* top_lp, uint8_t* scratch, int64_t stride) {
+    sample_kernel(const float* x, int64_t ld, int64_t V, const __grid_constant__ SampleParamList params, int max_top,
+                  int32_t* token, float* logprob, int32_t* top_ids, float* top_lp, uint8_t* scratch, int64_t stride) {
   wait_for_prior_kernels();
   LOOM_SHARED(Pick[kSampleThreads / 32], warps);
   LOOM_SHARED(int[256], hist);
@@ -555,7 +562,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   LOOM_SHARED(double[kSampleThreads], lanes);
   LOOM_SHARED(int32_t, chosen);
   const int r = blockIdx.x;
-  const SampleParams p = params[r];
+  const SampleParams p = list_item(params, r);
   const float* row = x + int64_t(p.row) * ld;
   const sampler::RowScratch s = sampler::row_scratch(scratch + int64_t(r) * stride, V);
   const bool penalised = sampler::penalties_active(p);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "cuda/grid-dependency.cuh"
+#include "cuda/param-list.cuh"
 #include "cuda/row-pick.cuh"
 #include "cuda/simt-compat.cuh"
 #include "cuda/warp-reduce.cuh"
@@ -117,14 +118,20 @@ __device__ int tree_parent(const uint8_t* mask, int n, int c) {
   return -1;
 }
 
+// A step's rows for tree_walk (param-list.h): 32 inline (768 bytes of parameters), so the copy
+// between the tree's sampling and its walk goes away at batches up to 32.
+constexpr int kLeafInlineRows = 32;
+using LeafRowList = ParamList<LeafRow, kLeafInlineRows>;
+
 // Semantics: see Device::tree_walk. One thread per row: trees are small (<= ~64 nodes) and the
-// walk is sequential by nature. tokens [T], argmax [logits rows], rows [nrows] staged, leaf [nrows]
-__global__ void tree_walk_kernel(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
-                                   int32_t* leaf) {
+// walk is sequential by nature. tokens [T], argmax [logits rows], rows [nrows] (inline or staged),
+// leaf [nrows]
+__global__ void tree_walk_kernel(const int32_t* tokens, const int32_t* argmax, const __grid_constant__ LeafRowList rows,
+                                 int nrows, int32_t* leaf) {
   wait_for_prior_kernels();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= nrows) return;
-  const LeafRow row = rows[r];
+  const LeafRow row = list_item(rows, unsigned(r));
   if (row.n == 0) {
     leaf[r] = -1;
     return;

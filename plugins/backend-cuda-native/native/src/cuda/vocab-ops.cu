@@ -23,10 +23,9 @@ void CudaDevice::log_sum_exp(const float* x, int64_t T, int64_t ld, int64_t V, d
 void CudaDevice::tree_walk(const int32_t* tokens, const int32_t* argmax, const LeafRow* rows, int nrows,
                              int32_t* leaf) {
   if (nrows <= 0) return;
-  const void* d_rows = stage(rows, int64_t(nrows) * int64_t(sizeof(LeafRow)));
-  if (!d_rows) return;
-  launch("tree_walk launch", tree_walk_kernel, blocks_for(nrows, 64), 64, 0, tokens, argmax,
-         static_cast<const LeafRow*>(d_rows), nrows, leaf);
+  LeafRowList list;
+  if (!param_list(rows, size_t(nrows), &list)) return;
+  launch("tree_walk launch", tree_walk_kernel, blocks_for(nrows, 64), 64, 0, tokens, argmax, list, nrows, leaf);
 }
 
 }  // namespace loom
