@@ -10,8 +10,9 @@
 #      identical, seeded sampled tokens identical, rows alone equal to themselves in the batch
 #      (native/test-program/model-check.cc), one table row per model and dtype.
 #   c. only after a failure, which optional kernel path (cuda/kernel-paths.h) it follows: part a's
-#      first failing seed (its failing families only) and part b's first failing model, rerun as
-#      they were and then with each path off alone and all of them off, one table row each. A
+#      first failing seed (its failing families only) and part b's first failing model, rerun
+#      with no path off (whatever LOOM_CUDA_DISABLE said), with each path off alone, and with all
+#      of them off, one table row each. A
 #      failure that comes and goes with nothing off is a race (try pdl off first); one that goes
 #      away with one path off names that path, whose fallback LOOM_CUDA_DISABLE can take meanwhile.
 # Exits non-zero when the build fails, the cuda device cannot run here, or any case fails (part c

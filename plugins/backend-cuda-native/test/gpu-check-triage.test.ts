@@ -79,7 +79,7 @@ t.test('a failing check names the kernel path each failure follows', async (t) =
   }
   const paths = (await run(built.program, ['--kernel-paths'])).output.trim().split('\n')
   t.ok(paths.includes('pdl') && paths.includes('fused-norm'), `kernel paths: ${paths.join(', ')}`)
-  t.same([...rows.keys()], ['(none)', ...paths, 'all'], 'as found, each path off alone, then all off')
+  t.same([...rows.keys()], ['(none)', ...paths, 'all'], 'none off, each path off alone, then all off')
   for (const p of ['(none)', ...paths.filter((p) => p !== 'pdl' && p !== 'fused-norm')])
     t.equal(rows.get(p), 'FAILED (rc 1, 3 failing cases) / FAILED (rc 1)', `${p}: both still fail`)
   t.equal(rows.get('pdl'), 'FAILED (rc 1, 3 failing cases) / passed', 'pdl off: part b passes')
