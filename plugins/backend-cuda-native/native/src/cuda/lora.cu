@@ -27,7 +27,8 @@ void CudaDevice::lora_shrink(const float* x, int64_t ldx, int64_t K, const LoraS
                              int64_t ldt) {
   LoraLaunch p;
   LoraItemList items;
-  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p) || !param_list(p.items.data(), p.items.size(), &items)) return;
+  if (nsegs <= 0 || !plan_lora_shrink(K, segs, nsegs, false, &p)) return;
+  if (!param_list(p.items.data(), p.items.size(), &items)) return;
   launch_shrink(this, x, ldx, K, items, p, tmp, ldt, 0);
 }
 

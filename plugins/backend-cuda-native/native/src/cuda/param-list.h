@@ -16,8 +16,8 @@ namespace loom {
 template <typename T, int N>
 struct ParamList {
   static constexpr int kInline = N;
-  const T* staged;     // the elements in device memory, or null: in inline_items
-  T inline_items[N];   // [0, n) when staged is null
+  const T* staged;    // the elements in device memory, or null: in inline_items
+  T inline_items[N];  // [0, n) when staged is null
 };
 
 template <class List>

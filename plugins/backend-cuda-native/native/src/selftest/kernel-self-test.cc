@@ -260,7 +260,7 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
 // (the emulator runs them as one SM, where they do). So on the cuda device: prompt-sized jobs at
 // tile tails in every dimension (T 300 and 129, N 4096 and 8320 + 5, K 576 and 1000: 1000 % 32 =
 // 8), with bf16-representable x (held to the f32 tolerance) and, for the first, random x. Its own
-// seed: the seeded grid of the families after it stays the same on every device.
+// seed: the rest of its family's seeded cases stay the same on every device.
 void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
   if (std::string(dev->name()) != "cuda") return;
   Rng rng{0x9f111};
@@ -781,9 +781,10 @@ void test_attention(Device* dev, Device* ref, Rng& rng, Checker& ck) {
 // and as a node of a verification tree: node i of a chain tree at cache_len L against a decode
 // row at cache_len L + i, over the same cache, at lengths that cross the cpu kernel's key-piece
 // boundaries (every 256 positions; a node just before one sees a masked-only piece after it).
-// Its own seed, so the seeded grid of the other families is unchanged. The cpu kernel only, for
-// now: the cuda kernels (decode rows split over KV blocks, tree rows flash-style) sum in
-// different orders, 4-5e-8 apart at cache_len 509 and 1020 on the SIMT emulator.
+// Its own seed, so the rest of its family's seeded cases are the same on every device. The cpu
+// kernel only, for now: the cuda kernels (decode rows split over KV blocks, tree rows
+// flash-style) sum in different orders, 4-5e-8 apart at cache_len 509 and 1020 on the SIMT
+// emulator.
 void test_attention_tree_is_plain(Device* dev, Checker& ck) {
   if (std::string(dev->name()) != "cpu") return;
   Rng rng{0x5eed};
