@@ -46,6 +46,8 @@ mkdir -p "$(dirname "$log")"
 # "9.0" -> 90: build for this GPU only (a few times faster than the addon's five targets); the
 # same configuration as gpu/check.sh, so a shared build folder is not rebuilt.
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')
+# Hopper as sm_90a, as the addon builds it: the wgmma GEMM needs the architecture-specific features.
+[ "$cap" = 90 ] && cap=90a
 
 echo "== build (sm_$cap, $build)" | tee -a "$log"
 cmake -S "$here/../native/test-program" -B "$build" -DLOOM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cap" \

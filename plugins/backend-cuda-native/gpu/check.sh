@@ -33,8 +33,10 @@ seeds=("$@")
 
 echo "== GPU"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
-# "9.0" -> 90: build for this GPU only (a few times faster than the addon's five targets).
+# "9.0" -> 90: build for this GPU only (a few times faster than the addon's five targets), Hopper
+# as sm_90a, as the addon builds it: the wgmma GEMM needs the architecture-specific features.
 cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')
+[ "$cap" = 90 ] && cap=90a
 "$nvcc" --version | tail -n1
 
 echo "== build (sm_$cap, $build)"

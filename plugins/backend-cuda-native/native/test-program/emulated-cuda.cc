@@ -15,10 +15,12 @@
 //    cache and KV-dtype cases;
 //  - lora_shrink, lora_expand, lora_apply (cuda/lora-kernels.cuh, the device's launch plans): the
 //    LoRA cases;
-//  - matmul's four kernels (cuda/matmul-kernels.cuh, cuda/prefill-gemm-kernels.cuh), chosen per
-//    job as the device chooses: the matmul cases. The tensor-core GEMMs run with the emulated
-//    mma.sync and ldmatrix (fragments by the PTX ISA's layouts) and cp.async (copies that land at
-//    the issuing thread's wait: cuda/tensor-core.cuh).
+//  - matmul's kernels (cuda/matmul-kernels.cuh, cuda/prefill-gemm-kernels.cuh,
+//    cuda/skinny-gemm-kernels.cuh, cuda/wgmma-gemm-kernels.cuh), chosen per job as the device
+//    chooses: the matmul cases. The tensor-core GEMMs run with the emulated mma.sync and ldmatrix
+//    (fragments by the PTX ISA's layouts) and cp.async (copies that land at the issuing thread's
+//    wait: cuda/tensor-core.cuh); the wgmma GEMM with the emulated wgmma (128B-swizzled operands
+//    read through their descriptors when the group is waited for: cuda/wgmma.cuh).
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -104,7 +106,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            "emulated matmul: " + std::to_string(gemv_jobs_) + " gemv jobs (" + std::to_string(fused_gemv_calls_) +
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
-           " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " + std::to_string(skinny_jobs_) +
+           " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " +
+           std::to_string(wgmma_jobs_) + " wgmma jobs, " + std::to_string(skinny_jobs_) +
            " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
            "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV (" +
            std::to_string(fused_norm_kept_) + " writing the normed rows), " +
@@ -268,31 +271,40 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
     // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
     // GEMM), so every form of the GEMMs is checked.
-    const int sms = (matmul_calls_++ % 2) ? 132 : 1;
-    if (gemv_fusable(jobs, njobs, T, sms, paths_)) {  // as the cuda device: one launch for the call
+    const int sms = (matmul_calls_ % 2) ? 132 : 1;
+    // And every other pair of calls without the wgmma GEMM, so the prefill jobs take both kernels.
+    CudaKernelPaths paths = paths_;
+    paths.wgmma = paths_.wgmma && (matmul_calls_++ / 2) % 2 == 0;
+    if (gemv_fusable(jobs, njobs, T, sms, paths)) {  // as the cuda device: one launch for the call
       launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
       return;
     }
-    const int64_t cols = prefill_x_cols(jobs, njobs, T, sms, paths_);
+    const int64_t cols = prefill_x_cols(jobs, njobs, T, sms, paths);
     if (cols > 0) {  // as the cuda device: x rounded once for the call's prefill jobs
       prefill_x_.resize(size_t(cols * T));
       launch_round_x(x, T, ldx, cols, prefill_x_.data(), cols, launch);
     }
-    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0, paths_);
+    const TcX tcx = tc_x_cols(jobs, njobs, T, sms, cols > 0, paths);
     if (tcx.cols > 0) {  // and split once for its tensor-core jobs
       tc_x_.resize(size_t(2 * tcx.cols * T));
       launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, tc_x_.data(), tcx.cols, launch);
     }
     for (int i = 0; i < njobs; i++) {
       if (jobs[i].w.rows <= 0) continue;
-      const int64_t need = tc_split_floats(jobs[i], T, sms, paths_);
+      const int64_t need = tc_split_floats(jobs[i], T, sms, paths);
       if (need > int64_t(split_partials_.size())) split_partials_.resize(size_t(need));
       const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
                                   cols > 0 ? prefill_x_.data() : nullptr, cols,
                                   tcx.cols > 0 ? tc_x_.data() : nullptr, tcx.cols, tcx.dtype};
-      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths_, scratch, launch)) {
-        case MatmulPath::kPrefill: prefill_jobs_++; break;
+      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths, scratch, launch)) {
+        case MatmulPath::kPrefill:
+          if (prefill_takes_wgmma(T, jobs[i].w.rows, sms, paths)) {
+            wgmma_jobs_++;
+          } else {
+            prefill_jobs_++;
+          }
+          break;
         case MatmulPath::kTensorCore:
           tensor_core_jobs_++;
           if (need > 0) split_jobs_++;
@@ -401,7 +413,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
-  int64_t prefill_jobs_ = 0;
+  int64_t prefill_jobs_ = 0, wgmma_jobs_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
   std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x
   std::vector<uint16_t> tc_x_;         // the tensor-core GEMM's x in 16-bit halves [2, T, K]

@@ -132,6 +132,7 @@ CudaDevice::CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& p
       pdl_capable_ = false;
     }
   }
+  wgmma_capable_ = cuda_wgmma_supported(stream_);
   check(cudaMallocHost(&stage_host_, size_t(kStageBytes)), "cudaMallocHost (staging ring)");
   check(cudaMalloc(&stage_dev_, size_t(kStageBytes)), "cudaMalloc (staging ring)");
 }

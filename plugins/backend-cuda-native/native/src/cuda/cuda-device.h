@@ -22,6 +22,11 @@
 
 namespace loom {
 
+// Whether this binary's code for the GPU of `stream` has wgmma: an sm_90a image, which a GPU of
+// compute capability 9.0 runs in preference to sm_90 or compute_90 code (matmul.cu: one probe
+// kernel, synchronized; false on any error).
+bool cuda_wgmma_supported(cudaStream_t stream);
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, cudaStream_t stream, const cudaDeviceProp& prop, const CudaKernelPaths& paths);
@@ -85,6 +90,13 @@ class CudaDevice final : public Device {
   // them between timed rows, on the stepping thread, between steps.
   const CudaKernelPaths& kernel_paths() const { return paths_; }
   void set_kernel_paths(const CudaKernelPaths& paths) { paths_ = paths; }
+  // The paths the projections may take: kernel_paths(), less `wgmma` where the binary has no
+  // sm_90a image for this GPU.
+  CudaKernelPaths matmul_paths() const {
+    CudaKernelPaths p = paths_;
+    p.wgmma = p.wgmma && wgmma_capable_;
+    return p;
+  }
 
   // Launches `kernel` on the stream (with programmatic dependent launch where the GPU has it and
   // the `pdl` path is on: kernel-launch.h); a failure is recorded as `what`'s. True when launched.
@@ -151,6 +163,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_;
   int sm_count_ = 0;
   bool pdl_capable_ = false;  // sm_90+: programmatic dependent launch
+  bool wgmma_capable_ = false;  // this binary runs sm_90a code here (cuda_wgmma_supported)
   std::string gpu_name_;
   CudaKernelPaths paths_;
   // The first failure since the last synchronize. Guarded: an adapter-loading thread may

@@ -28,10 +28,13 @@ struct CudaKernelPaths {
   // Device::rmsnorm_matmul's norm folded into the GEMV's read of x (matmul-kernels.cuh:
   // GemvNorm) at 1-4 tokens; off: an rmsnorm launch, then the projection.
   bool fused_norm = true;
+  // gemm_wgmma_kernel for the prefill path's large jobs on sm_90a (wgmma-gemm-kernels.cuh); off:
+  // the mma.sync prefill GEMM. A device whose binary has no sm_90a code never takes it.
+  bool wgmma = true;
 };
 
 // The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm"; }
+inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma"; }
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
 // surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
@@ -53,6 +56,8 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
       paths.pdl = false;
     } else if (item == "fused-norm") {
       paths.fused_norm = false;
+    } else if (item == "wgmma") {
+      paths.wgmma = false;
     } else if (!item.empty()) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";

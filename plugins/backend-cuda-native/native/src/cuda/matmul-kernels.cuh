@@ -18,6 +18,7 @@
 #include "cuda/split-k.h"
 #include "cuda/tensor-core.cuh"
 #include "cuda/warp-reduce.cuh"
+#include "cuda/wgmma-gemm-kernels.cuh"
 #include "kernels/kernels.h"
 
 namespace loom {
@@ -29,19 +30,29 @@ constexpr int kSimtTile = 64, kSimtK = 16;
 constexpr int kSimtThreads = 256;
 
 // Which kernel computes a job of T tokens on a GPU of `sms` SMs: the prefill GEMM (bf16 weights,
-// a compute-bound step: prefill_gemm_fits), the skinny GEMM (16-bit weights, a decode batch of
+// a compute-bound step: prefill_gemm_fits, or wgmma_gemm_fits where the wgmma GEMM takes it:
+// prefill_takes_wgmma), the skinny GEMM (16-bit weights, a decode batch of
 // kSkinnyMinTokens..kSkinnyMaxTokens, unless `paths` turns it off), the tensor-core GEMM (T >= 16,
 // 16-bit weights), the GEMV (T < 16) — all need whole 16-byte words per weight row — else the
 // SIMT tiles.
 enum class MatmulPath { kPrefill, kSkinny, kTensorCore, kGemv, kSimt };
 inline MatmulPath matmul_path(const MatmulJob& j, int64_t T, int sms, const CudaKernelPaths& paths) {
   const bool vec = j.w.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(j.w.data) & 15) == 0;
-  if (vec && j.w.dtype == DType::BF16 && prefill_gemm_fits(T, j.w.rows, sms)) return MatmulPath::kPrefill;
+  if (vec && j.w.dtype == DType::BF16 &&
+      (prefill_gemm_fits(T, j.w.rows, sms) || (paths.wgmma && wgmma_gemm_fits(T, j.w.rows, sms))))
+    return MatmulPath::kPrefill;
   if (vec && paths.skinny_gemm && T >= kSkinnyMinTokens && T <= kSkinnyMaxTokens && j.w.dtype != DType::F32)
     return MatmulPath::kSkinny;
   if (vec && T >= 16 && j.w.dtype != DType::F32) return MatmulPath::kTensorCore;
   if (vec && T < 16) return MatmulPath::kGemv;
   return MatmulPath::kSimt;
+}
+
+// Which kernel a kPrefill job of T tokens and N outputs runs: the wgmma GEMM where its tiles fill
+// the GPU and the `wgmma` path is on (the device turns it off without an sm_90a image), else the
+// mma.sync prefill GEMM.
+inline bool prefill_takes_wgmma(int64_t T, int64_t N, int sms, const CudaKernelPaths& paths) {
+  return paths.wgmma && wgmma_gemm_fits(T, N, sms);
 }
 
 // How split-K (split-k.h) cuts a tensor-core job of T tokens: over gridDim.z, whole once its
@@ -633,6 +644,12 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
   if (N <= 0) return path;
   switch (path) {
     case MatmulPath::kPrefill:
+      if (prefill_takes_wgmma(T, N, sms, paths)) {
+        launch(gemm_wgmma_kernel, unsigned((N + kWgBN - 1) / kWgBN), unsigned((T + kWgBM - 1) / kWgBM), 1u,
+               kWgThreads, kWgSmemBytes, scratch.xb, T, scratch.ldxb, static_cast<const uint16_t*>(j.w.data), N, K,
+               j.bias, j.y, j.ldy, accumulate);
+        break;
+      }
       launch(gemm_prefill_kernel, unsigned((N + kPfBN - 1) / kPfBN), unsigned((T + kPfBM - 1) / kPfBM), 1u,
              kPfThreads, kPfSmemBytes, scratch.xb, T, scratch.ldxb, static_cast<const uint16_t*>(j.w.data), N, K,
              j.bias, j.y, j.ldy, accumulate);

@@ -1,9 +1,12 @@
 // Dense projections of the cuda device: y[t, n] (+)= bias[n] + Σ_k x[t, k] * W[n, k], x f32
-// activations, W in its stored dtype. Five kernels, chosen per job by shape:
+// activations, W in its stored dtype. Six kernels, chosen per job by shape:
 //
 //  - prefill GEMM (bf16 weights, T >= 64 with tiles for at least half the SMs: a prompt's
 //    compute-bound step): x rounded to bf16 once per call, then 128x128 tiles of mma.sync fed by
 //    ldmatrix from a 4-stage cp.async pipeline (prefill-gemm-kernels.cuh has the design).
+//  - wgmma GEMM (the same jobs on sm_90a, where its 128x256 tiles fill half the SMs): the same
+//    bf16 x, two warpgroups' wgmma.m64n256k16 reading 128B-swizzled stages that cp.async fills
+//    (wgmma-gemm-kernels.cuh has the design).
 //  - skinny GEMM (5 <= T <= 64, bf16/f16 weights): a decode batch on tensor cores with the weights
 //    as the MMA's M side and 8 tokens per fragment as its N side, weight fragments loaded straight
 //    from global memory and x (split into 16-bit halves as below) through L1; no shared memory,
@@ -42,12 +45,43 @@ auto matmul_launcher(CudaDevice* dev) {
     dev->launch("matmul launch", kernel, dim3(gx, gy, gz), threads, smem, args...);
   };
 }
+
+// Writes 1 where this binary's code for the GPU has wgmma (an sm_90a image), else 0: a GPU of
+// compute capability 9.0 runs sm_90 or compute_90 code without the sm_90a features, where
+// gemm_wgmma_kernel is empty. One thread.
+__global__ void wgmma_supported_kernel(int* out) {
+  wait_for_prior_kernels();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *out = 1;
+#else
+  *out = 0;
+#endif
+}
 }  // namespace
+
+// Semantics: cuda-device.h. wgmma_supported_kernel writes 1 from an sm_90a image; errors here are
+// not faults (the projections keep the mma.sync GEMM).
+bool cuda_wgmma_supported(cudaStream_t stream) {
+  int* flag = nullptr;
+  if (cudaMalloc(&flag, sizeof(int)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  int got = 0;
+  cudaError_t err = cudaMemsetAsync(flag, 0, sizeof(int), stream);
+  if (err == cudaSuccess) err = launch_kernel(stream, false, wgmma_supported_kernel, dim3(1), dim3(1), 0, flag);
+  if (err == cudaSuccess) err = cudaMemcpyAsync(&got, flag, sizeof(int), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  cudaFree(flag);
+  return err == cudaSuccess && got == 1;
+}
 
 void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) {
   if (T <= 0) return;
   auto launch = matmul_launcher(this);
-  if (gemv_fusable(jobs, njobs, T, sm_count_, paths_)) {
+  const CudaKernelPaths paths = matmul_paths();
+  if (gemv_fusable(jobs, njobs, T, sm_count_, paths)) {
     launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
     return;
   }
@@ -56,11 +90,11 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   // one after another on the stream. A failed allocation leaves the jobs unsplit, on the
   // tensor-core GEMM, or on the SIMT tiles.
   int64_t need = 0;
-  for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_, paths_));
+  for (int i = 0; i < njobs; i++) need = std::max(need, tc_split_floats(jobs[i], T, sm_count_, paths));
   auto* part = static_cast<float*>(grow(&split_partials_, need * int64_t(sizeof(float))));
-  const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_, paths_);
+  const int64_t cols = prefill_x_cols(jobs, njobs, T, sm_count_, paths);
   auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, cols * T * int64_t(sizeof(uint16_t))));
-  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr, paths_);
+  const TcX tcx = tc_x_cols(jobs, njobs, T, sm_count_, cols > 0 && xb != nullptr, paths);
   auto* xs = static_cast<uint16_t*>(grow(&tc_x_, 2 * tcx.cols * T * int64_t(sizeof(uint16_t))));
   const MatmulScratch scratch{part,    part ? split_partials_.bytes / int64_t(sizeof(float)) : 0,
                               cols > 0 ? xb : nullptr, cols,
@@ -68,7 +102,7 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
   if (scratch.xb != nullptr) launch_round_x(x, T, ldx, cols, xb, cols, launch);
   if (scratch.xs != nullptr) launch_split_x(x, T, ldx, tcx.cols, tcx.dtype, xs, tcx.cols, launch);
   for (int i = 0; i < njobs; i++) {
-    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, paths_, scratch, launch);
+    launch_matmul_job(x, T, ldx, jobs[i], accumulate, sm_count_, paths, scratch, launch);
   }
 }
 
@@ -77,7 +111,8 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
 void CudaDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
                                 bool keep_xn, const MatmulJob* jobs, int njobs) {
   if (T <= 0 || njobs <= 0) return;
-  if (!launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, sm_count_, paths_, matmul_launcher(this)))
+  if (!launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, sm_count_, matmul_paths(),
+                           matmul_launcher(this)))
     Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -120,7 +122,42 @@ inline CpAsyncQueue& cp_async_queue() {
   }
   return q;
 }
+// Shared memory that asynchronous reads still to be waited for (cuda/wgmma.cuh's emulated wgmma)
+// will read, as counts per 16-byte chunk from the block's dynamic shared memory rounded down to
+// 1024 bytes (the emulated shared window: emulated_shared_origin). A cp.async into such a chunk
+// is a write-after-read race on a GPU, where the copy may land before the read: a stage refilled
+// before wgmma.wait_group has retired the instructions reading it. The emulation stops there.
+inline uint8_t* emulated_shared_origin() {
+  return reinterpret_cast<uint8_t*>(reinterpret_cast<uintptr_t>(::simt::dynamic_shared_bytes()) & ~uintptr_t(1023));
+}
+struct AsyncReads {
+  simt::dim3 block{~0u, ~0u, ~0u};
+  std::vector<int> pending;  // per 16-byte chunk of the shared window
+};
+inline std::vector<int>& async_reads_pending() {
+  static AsyncReads reads;
+  const simt::ThreadState& s = simt::current();
+  if (reads.block.x != s.block_idx.x || reads.block.y != s.block_idx.y || reads.block.z != s.block_idx.z) {
+    reads.pending.clear();
+    reads.block = s.block_idx;
+  }
+  return reads.pending;
+}
+// Adds `delta` to the pending reads of the 16-byte chunk at shared-window offset `offset`.
+inline void note_async_read(uint32_t offset, int delta) {
+  std::vector<int>& p = async_reads_pending();
+  if (p.size() <= offset / 16) p.resize(offset / 16 + 1, 0);
+  p[offset / 16] += delta;
+}
 inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const std::vector<int>& reads = async_reads_pending();
+  const size_t chunk = size_t(static_cast<uint8_t*>(smem) - emulated_shared_origin()) / 16;
+  if (chunk < reads.size() && reads[chunk] > 0) {
+    std::fprintf(stderr,
+                 "emulated cp.async: writes shared memory that a wgmma not yet waited for reads (a stage "
+                 "refilled before wgmma.wait_group retired its readers)\n");
+    std::abort();
+  }
   PendingCopy c{smem, {}};
   if (src_bytes == 16) std::memcpy(c.bytes, gmem, 16);
   cp_async_queue().open.push_back(c);

@@ -255,11 +255,14 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
   }
 }
 
-// The cuda device's prefill GEMM (cuda/prefill-gemm-kernels.cuh) takes bf16 jobs only when their
-// 128x128 tiles would fill half a GPU's SMs, which none of test_matmul's shapes do on a real GPU
-// (the emulator runs them as one SM, where they do). So on the cuda device: prompt-sized jobs at
-// tile tails in every dimension (T 300 and 129, N 4096 and 8320 + 5, K 576 and 1000: 1000 % 32 =
-// 8), with bf16-representable x (held to the f32 tolerance) and, for the first, random x. Its own
+// The cuda device's prefill GEMMs (cuda/prefill-gemm-kernels.cuh, and on sm_90a
+// cuda/wgmma-gemm-kernels.cuh) take bf16 jobs only when their tiles (128x128, 128x256) would fill
+// half a GPU's SMs, which none of test_matmul's shapes do on a real GPU (the emulator runs them as
+// one SM, where they do). So on the cuda device: prompt-sized jobs at tile tails in every
+// dimension (T 300, 129 and 257, N 4096, 8320 + 5 and 8200, K 576, 1000 and 520: 1000 % 32 = 8,
+// 520 % 64 = 8), with bf16-representable x (held to the f32 tolerance) and, for the first and the
+// last, random x. With 132 SMs (H100, H200) the first takes the mma.sync kernel and the last two
+// the wgmma one (unless LOOM_CUDA_DISABLE has `wgmma`, or the build has no sm_90a image). Its own
 // seed: the rest of its family's seeded cases stay the same on every device.
 void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
   if (std::string(dev->name()) != "cuda") return;
@@ -267,9 +270,9 @@ void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
   struct Shape {
     int64_t T, N, K;
   };
-  for (const Shape& s : {Shape{300, 4096, 576}, Shape{129, 8325, 1000}})
+  for (const Shape& s : {Shape{300, 4096, 576}, Shape{129, 8325, 1000}, Shape{257, 8200, 520}})
     for (XKind kind : {XKind::Random, XKind::Representable}) {
-      if (kind == XKind::Random && s.T != 300) continue;
+      if (kind == XKind::Random && s.T == 129) continue;
       const TestWeight w = make_weight(rng, DType::BF16, s.N, s.K);
       const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, DType::BF16)};
       const std::vector<std::vector<float>> deq{widen(bytes[0], DType::BF16)};

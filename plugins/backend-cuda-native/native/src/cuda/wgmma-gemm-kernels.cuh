@@ -1,0 +1,157 @@
+// The wgmma GEMM: the prefill GEMM's job (prefill-gemm-kernels.cuh: a prompt's compute-bound
+// projection, x rounded to bf16 once per call, bf16 weights, f32 out) on sm_90a's warpgroup MMA.
+// On an H100, mma.sync is fed one warp's 16x8x16 fragments at a time from registers and tops out
+// near half of the tensor cores' dense bf16 peak (about 250 TFLOP/s on the prefill projections of
+// an 8B model, docs/performance.md); wgmma reads both operands from shared memory for a whole
+// warpgroup at 64 x 256 x 16 per instruction and runs asynchronously beside the copies that feed it.
+//
+// Design (first form; cp.async-fed, no TMA or warp specialization yet):
+//   - a 128 (tokens) x 256 (outputs) tile per block of two warpgroups, each 64 x 256: per 16
+//     columns of K one wgmma.m64n256k16 per warpgroup, 128 f32 accumulators per thread;
+//   - K in steps of 64 columns (one 128-byte swizzled row per tile row: wgmma.cuh's layout), in 4
+//     stages of 48 KB (192 KB of dynamic shared memory: one block per SM); every thread copies its
+//     share of a stage with cp.async, 2 k-tiles ahead of the one being multiplied;
+//   - one wgmma group in flight while the next k-tile's copies are waited for: a stage is refilled
+//     only after every thread's wgmma.wait_group has retired the group that read it (the barrier
+//     at the top of the loop orders the two);
+//   - f32 accumulation, bias and accumulate applied in the store, as the prefill GEMM.
+// matmul-kernels.cuh takes it for the prefill path's jobs whose 128x256 tiles fill half the SMs,
+// on a device whose binary has sm_90a code (matmul.cu: cuda_wgmma_supported) and with the `wgmma` kernel
+// path on (kernel-paths.h); other jobs keep the mma.sync prefill GEMM.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/grid-dependency.cuh"
+#include "cuda/prefill-gemm-kernels.cuh"
+#include "cuda/simt-compat.cuh"
+#include "cuda/tensor-core.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace loom {
+
+constexpr int kWgBM = 128, kWgBN = kWgmmaN, kWgBK = 64, kWgStages = 4;
+constexpr int kWgThreads = 256;          // two warpgroups, 64 tokens each
+constexpr int kWgAhead = kWgStages - 2;  // k-tiles copied ahead of the one multiplied (one more is in wgmma)
+constexpr size_t kWgTileXBytes = size_t(kWgBM) * kWgBK * 2;                 // 16 KB
+constexpr size_t kWgStageBytes = kWgTileXBytes + size_t(kWgBN) * kWgBK * 2;  // + 32 KB of W
+// The stages, and room to start them at a 1024-byte boundary of the shared window.
+constexpr size_t kWgSmemBytes = kWgStages * kWgStageBytes + kSw128AtomBytes;
+static_assert(kWgBK * 2 == 128, "a k-tile row is one 128-byte swizzled row");
+static_assert(kWgTileXBytes % kSw128AtomBytes == 0 && kWgStageBytes % kSw128AtomBytes == 0, "tiles stay 1024-aligned");
+
+// Whether a prefill-path job of T tokens and N outputs takes the wgmma GEMM on a GPU of `sms` SMs:
+// tiles for at least half the SMs, as prefill_gemm_fits asks of the 128x128 ones. (At 8B: a
+// 2048-token prompt has 256 tiles on the 4096-output projections and 896 on gate and up, but 64 on
+// the 1024-output k and v, which stay on the mma.sync GEMM.)
+inline bool wgmma_gemm_fits(int64_t T, int64_t N, int sms) {
+  const int64_t tiles = ((T + kWgBM - 1) / kWgBM) * ((N + kWgBN - 1) / kWgBN);
+  return T >= kPrefillMinTokens && 2 * tiles >= sms;
+}
+
+// Internal linkage: the test program links the emulated build beside the real one.
+namespace {
+
+// Orders the compiler's uses of the accumulators after a wgmma.wait_group: to the compiler a
+// wgmma's outputs exist when the instruction issues, so without this it could read them early.
+__device__ __forceinline__ void wgmma_fence_accumulators(float (&d)[kWgmmaAccs]) {
+#if !defined(LOOM_SIMT_EMULATION)
+#pragma unroll
+  for (int i = 0; i < kWgmmaAccs; i++) asm volatile("" : "+f"(d[i])::"memory");
+#endif
+}
+
+// Semantics (gemm_prefill_kernel's): for t < T, n < N in this block's 128x256 tile:
+//   y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k xb[t*ldxb+k] * W[n,k], products in f32.
+//   grid (ceil(N/256), ceil(T/128)), block 256, kWgSmemBytes of dynamic shared memory; sm_90a.
+// xb [T, ldxb] bf16 (ldxb % 8 == 0, 16-byte aligned), W [N, K] bf16 (K % 8 == 0, 16-byte
+// aligned), bias [N] or null, y [T, ldy] f32. Rows past T or N and columns past K load zeros.
+__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(const uint16_t* xb, int64_t T, int64_t ldxb,
+                                                                  const uint16_t* w, int64_t N, int64_t K,
+                                                                  const float* bias, float* y, int64_t ldy,
+                                                                  bool accumulate) {
+  wait_for_prior_kernels();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(LOOM_SIMT_EMULATION)
+  LOOM_DYNAMIC_SHARED(uint8_t, smem_raw);
+  uint8_t* smem = align_shared_1024(smem_raw);  // [kWgStages][x tile | W tile], swizzled (sw128_offset)
+  const int tid = threadIdx.x, wg = tid >> 7;
+  const int64_t m0 = int64_t(blockIdx.y) * kWgBM, n0 = int64_t(blockIdx.x) * kWgBN;
+  const int nk = int((K + kWgBK - 1) / kWgBK);
+
+  // `Rows` rows of a k-tile into `dst` (8 chunks of 8 halves a row, Rows / 32 chunks a thread):
+  // rows r0 .. of src [limit rows, ld], columns k0 ..; zeros past `limit` or K.
+  auto load_rows = [&](auto rows, uint8_t* dst, const uint16_t* src, int64_t ld, int64_t r0, int64_t limit,
+                       int64_t k0) {
+    constexpr int kChunks = decltype(rows)::value * 8 / kWgThreads;
+#pragma unroll
+    for (int j = 0; j < kChunks; j++) {
+      const int c = tid + j * kWgThreads, row = c >> 3, chunk = c & 7;
+      const int64_t k = k0 + chunk * 8, r = r0 + row;
+      const bool ok = r < limit && k < K;
+      cp_async16(dst + sw128_offset(row, chunk), ok ? static_cast<const void*>(src + r * ld + k) : src, ok ? 16 : 0);
+    }
+  };
+  // One stage: x's 128 rows and W's 256.
+  auto load = [&](int stage, int kt) {
+    uint8_t* xs = smem + stage * kWgStageBytes;
+    const int64_t k0 = int64_t(kt) * kWgBK;
+    load_rows(std::integral_constant<int, kWgBM>(), xs, xb, ldxb, m0, T, k0);
+    load_rows(std::integral_constant<int, kWgBN>(), xs + kWgTileXBytes, w, K, n0, N, k0);
+  };
+
+  float acc[kWgmmaAccs];
+#pragma unroll
+  for (int i = 0; i < kWgmmaAccs; i++) acc[i] = 0.0f;
+
+  // Prologue: k-tiles 0 .. kWgAhead-1 in flight, one commit group each (empty past nk, so that
+  // group i is always k-tile i and the wait below counts right).
+#pragma unroll
+  for (int s = 0; s < kWgAhead; s++) {
+    if (s < nk) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; kt++) {
+    cp_async_wait<kWgAhead - 1>();  // k-tile kt (group kt) has landed for this thread's copies
+    fence_proxy_async_shared();      // ... and is visible to the wgmmas
+    __syncthreads();  // ... everyone's; and every thread has retired k-tile kt-2's wgmmas (below)
+    const int next = kt + kWgAhead;
+    if (next < nk) load(next % kWgStages, next);  // refills k-tile kt-2's stage
+    cp_async_commit();
+    const uint8_t* xs = smem + (kt % kWgStages) * kWgStageBytes + wg * 64 * 128;  // this warpgroup's 64 rows
+    const uint8_t* ws = smem + (kt % kWgStages) * kWgStageBytes + kWgTileXBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kWgBK / 16; s++)
+      wgmma_m64n256k16_bf16(acc, sw128_descriptor(xs + 32 * s), sw128_descriptor(ws + 32 * s));
+    wgmma_commit();
+    wgmma_wait<1>();  // k-tile kt-1's group is complete: its stage may be refilled next iteration
+  }
+  wgmma_wait<0>();
+  wgmma_fence_accumulators(acc);
+  cp_async_wait<0>();  // only empty groups remain; nothing may land after the block exits
+
+  // Thread t of warpgroup wg holds rows 64 wg + 16 (t / 32) + (t % 32) / 4 (+ 8) and column pairs
+  // 8 v2 + 2 (t % 4) (wgmma.cuh's accumulator layout).
+  const int warp = (tid & 127) >> 5, lane = tid & 31;
+#pragma unroll
+  for (int v1 = 0; v1 < 2; v1++) {
+    const int64_t t = m0 + wg * 64 + warp * 16 + (lane >> 2) + 8 * v1;
+    if (t >= T) continue;
+#pragma unroll
+    for (int v2 = 0; v2 < kWgBN / 8; v2++)
+#pragma unroll
+      for (int v0 = 0; v0 < 2; v0++) {
+        const int64_t n = n0 + 8 * v2 + 2 * (lane & 3) + v0;
+        if (n >= N) continue;
+        float* out = y + t * ldy + n;
+        *out = (accumulate ? *out : 0.0f) + (bias ? bias[n] : 0.0f) + acc[v0 + 2 * v1 + 4 * v2];
+      }
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched without an sm_90a image (matmul.cu: cuda_wgmma_supported)
+#endif
+}
+
+}  // namespace
+}  // namespace loom
