@@ -30,6 +30,8 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
     )
   const ran = [1, 3, 4, 6, 7].every((i) => Number(matmul?.[i]) > 0)
   t.ok(ran, `the emulated gemv, simt, tensor-core, prefill and wgmma kernels ran (${matmul?.[0]})`)
+  const tma = /, (\d+) wgmma\+tma jobs/.exec(result.output)
+  t.ok(Number(tma?.[1]) > 0, `and the TMA-fed wgmma kernel (${tma?.[0]})`)
   t.ok(Number(matmul?.[2]) > 0, 'and the GEMV with several jobs in one launch')
   const split = Number(matmul?.[5])
   t.ok(split > 0 && split < Number(matmul?.[4]), 'and the tensor-core GEMM both with K split and whole')
@@ -81,8 +83,11 @@ t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still
   const matmul = /emulated matmul: .*, (\d+) simt jobs, (\d+) tensor-core jobs.*, (\d+) skinny jobs/.exec(result.output)
   t.ok(Number(matmul?.[1]) > 0 && Number(matmul?.[2]) === 0, `no job took the tensor-core GEMM (${matmul?.[0]})`)
   t.equal(Number(matmul?.[3]), 0, 'and none the skinny GEMM')
-  const prefill = /emulated matmul: .*, (\d+) prefill jobs, (\d+) wgmma jobs/.exec(result.output)
-  t.ok(Number(prefill?.[1]) > 0 && Number(prefill?.[2]) === 0, `no job took the wgmma GEMM (${prefill?.[0]})`)
+  const prefill = /emulated matmul: .*, (\d+) prefill jobs, (\d+) wgmma jobs, (\d+) wgmma\+tma jobs/.exec(result.output)
+  t.ok(
+    Number(prefill?.[1]) > 0 && Number(prefill?.[2]) === 0 && Number(prefill?.[3]) === 0,
+    `no job took a wgmma GEMM (${prefill?.[0]})`,
+  )
   const norm = /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV .*, (\d+) as two ops/.exec(result.output)
   t.ok(Number(norm?.[1]) === 0 && Number(norm?.[2]) > 0, `no norm was folded into the GEMV (${norm?.[0]})`)
 })
@@ -95,6 +100,6 @@ t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the kno
   t.equal(result.status, 2)
   t.match(
     result.output,
-    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma)',
+    'unknown kernel path "tc-atention" (expected a comma-separated list of tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma, tma)',
   )
 })

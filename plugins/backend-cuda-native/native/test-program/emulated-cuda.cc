@@ -19,8 +19,9 @@
 //    cuda/skinny-gemm-kernels.cuh, cuda/wgmma-gemm-kernels.cuh), chosen per job as the device
 //    chooses: the matmul cases. The tensor-core GEMMs run with the emulated mma.sync and ldmatrix
 //    (fragments by the PTX ISA's layouts) and cp.async (copies that land at the issuing thread's
-//    wait: cuda/tensor-core.cuh); the wgmma GEMM with the emulated wgmma (128B-swizzled operands
-//    read through their descriptors when the group is waited for: cuda/wgmma.cuh).
+//    wait: cuda/tensor-core.cuh); the wgmma GEMMs with the emulated wgmma (128B-swizzled operands
+//    read through their descriptors when the group is waited for: cuda/wgmma.cuh), TMA box loads
+//    and mbarriers (loads that land when a thread waits on their barrier: cuda/tma.cuh).
 // Every other op of the emulated device is the reference's.
 #include "emulated-cuda.h"
 
@@ -107,7 +108,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            " calls of several in one launch), " + std::to_string(simt_jobs_) +
            " simt jobs, " + std::to_string(tensor_core_jobs_) + " tensor-core jobs (" + std::to_string(split_jobs_) +
            " with split K), " + std::to_string(prefill_jobs_) + " prefill jobs, " +
-           std::to_string(wgmma_jobs_) + " wgmma jobs, " + std::to_string(skinny_jobs_) +
+           std::to_string(wgmma_jobs_) + " wgmma jobs, " + std::to_string(tma_jobs_) + " wgmma+tma jobs, " +
+           std::to_string(skinny_jobs_) +
            " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
            "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV (" +
            std::to_string(fused_norm_kept_) + " writing the normed rows), " +
@@ -271,10 +273,13 @@ class EmulatedCudaDevice final : public ForwardingDevice {
     // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
     // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
     // GEMM), so every form of the GEMMs is checked.
-    const int sms = (matmul_calls_ % 2) ? 132 : 1;
-    // And every other pair of calls without the wgmma GEMM, so the prefill jobs take both kernels.
+    const int64_t call = matmul_calls_++;
+    const int sms = (call % 2) ? 132 : 1;
+    // And every other pair of calls without the wgmma GEMM, and every other four of those without
+    // its TMA form, so the prefill jobs take all three kernels.
     CudaKernelPaths paths = paths_;
-    paths.wgmma = paths_.wgmma && (matmul_calls_++ / 2) % 2 == 0;
+    paths.wgmma = paths_.wgmma && (call / 2) % 2 == 0;
+    paths.tma = paths_.tma && (call / 4) % 2 == 0;
     if (gemv_fusable(jobs, njobs, T, sms, paths)) {  // as the cuda device: one launch for the call
       launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
@@ -300,7 +305,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths, scratch, launch)) {
         case MatmulPath::kPrefill:
           if (prefill_takes_wgmma(T, jobs[i].w.rows, sms, paths)) {
-            wgmma_jobs_++;
+            (paths.tma ? tma_jobs_ : wgmma_jobs_)++;  // the emulated tensor maps never fail
           } else {
             prefill_jobs_++;
           }
@@ -413,7 +418,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
-  int64_t prefill_jobs_ = 0, wgmma_jobs_ = 0;
+  int64_t prefill_jobs_ = 0, wgmma_jobs_ = 0, tma_jobs_ = 0;
   std::vector<float> split_partials_;  // split-K's workspace
   std::vector<uint16_t> prefill_x_;    // the prefill GEMM's bf16 x
   std::vector<uint16_t> tc_x_;         // the tensor-core GEMM's x in 16-bit halves [2, T, K]

@@ -848,6 +848,7 @@ void Bench::kernel_paths() {
       {"pdl", &CudaKernelPaths::pdl, bmax, Adapters::kBase, false},
       {"fused-norm", &CudaKernelPaths::fused_norm, 1, Adapters::kBase, false},
       {"wgmma", &CudaKernelPaths::wgmma, 0, Adapters::kBase, false},
+      {"tma", &CudaKernelPaths::tma, 0, Adapters::kBase, false},
   };
   const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs;
   for (const Case& c : cases) {

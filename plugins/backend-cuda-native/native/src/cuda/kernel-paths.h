@@ -31,10 +31,15 @@ struct CudaKernelPaths {
   // gemm_wgmma_kernel for the prefill path's large jobs on sm_90a (wgmma-gemm-kernels.cuh); off:
   // the mma.sync prefill GEMM. A device whose binary has no sm_90a code never takes it.
   bool wgmma = true;
+  // The TMA-fed, warp-specialized form of that GEMM (gemm_wgmma_tma_kernel); off: its cp.async-fed
+  // form (gemm_wgmma_kernel).
+  bool tma = true;
 };
 
 // The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() { return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma"; }
+inline const char* cuda_kernel_path_names() {
+  return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma, tma";
+}
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
 // surrounding spaces are ignored. Returns false with `*error` naming the unknown item.
@@ -58,6 +63,8 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
       paths.fused_norm = false;
     } else if (item == "wgmma") {
       paths.wgmma = false;
+    } else if (item == "tma") {
+      paths.tma = false;
     } else if (!item.empty()) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";

@@ -645,9 +645,17 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
   switch (path) {
     case MatmulPath::kPrefill:
       if (prefill_takes_wgmma(T, N, sms, paths)) {
-        launch(gemm_wgmma_kernel, unsigned((N + kWgBN - 1) / kWgBN), unsigned((T + kWgBM - 1) / kWgBM), 1u,
-               kWgThreads, kWgSmemBytes, scratch.xb, T, scratch.ldxb, static_cast<const uint16_t*>(j.w.data), N, K,
-               j.bias, j.y, j.ldy, accumulate);
+        const unsigned gx = unsigned((N + kWgBN - 1) / kWgBN), gy = unsigned((T + kWgBM - 1) / kWgBM);
+        const auto* w = static_cast<const uint16_t*>(j.w.data);
+        TensorMap2D xmap, wmap;
+        if (paths.tma && make_tensor_map_2d(&xmap, scratch.xb, K, T, scratch.ldxb, kWgBM) &&
+            make_tensor_map_2d(&wmap, w, K, N, K, kWgBN)) {
+          launch(gemm_wgmma_tma_kernel, gx, gy, 1u, kTmaThreads, kTmaSmemBytes, xmap, wmap, T, N, K, j.bias, j.y,
+                 j.ldy, accumulate);
+        } else {
+          launch(gemm_wgmma_kernel, gx, gy, 1u, kWgThreads, kWgSmemBytes, scratch.xb, T, scratch.ldxb, w, N, K,
+                 j.bias, j.y, j.ldy, accumulate);
+        }
         break;
       }
       launch(gemm_prefill_kernel, unsigned((N + kPfBN - 1) / kPfBN), unsigned((T + kPfBM - 1) / kPfBM), 1u,

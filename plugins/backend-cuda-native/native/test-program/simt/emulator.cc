@@ -228,6 +228,11 @@ void sync_block() {
   yield_to_scheduler();
 }
 
+void yield() {
+  g_launch->cur->wait = Wait::kNone;
+  yield_to_scheduler();
+}
+
 void sync_warp() {
   Launch& L = *g_launch;
   Fiber& f = *L.cur;

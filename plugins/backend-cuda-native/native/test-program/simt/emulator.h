@@ -15,7 +15,8 @@
 // __shfl_sync, __shfl_up_sync, __shfl_xor_sync and __any_sync with the full mask on 4- and 8-byte
 // values, __ballot_sync with the full mask and __popc, atomicAdd on int and unsigned long long
 // (fibers never interleave inside it), __threadfence and __ldcg, __float_as_uint / __uint_as_float, __double_as_longlong, float4,
-// warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), the
+// warp_exchange for warp-collective instructions (the kernels' emulated mma.sync), yield for
+// spin-waits (the emulated mbarriers), the
 // math of <cmath>, min/max, and 16-bit float types for K/V caches (simt::f16, simt::bf16). Fibers switch with a few instructions of x86-64 assembly (ucontext's
 // swapcontext makes a syscall per switch, 50x slower on the kernels' millions of switches).
 #pragma once
@@ -72,6 +73,9 @@ void launch(dim3 grid, dim3 block, size_t smem, const std::function<void()>& ker
 // Block barrier; warp barrier (all 32 lanes of the caller's warp); block barrier returning
 // whether any thread's predicate was non-zero.
 void sync_block();
+// Lets the block's other threads run, with no barrier: one turn of a spin-wait (the emulated
+// mbarrier waits of cuda/tma.cuh), whose condition only another thread can change.
+void yield();
 void sync_warp();
 int sync_block_or(int predicate);
 // The 32 slots (one a lane) of the running fiber's next warp exchange. A warp's exchanges
