@@ -55,6 +55,13 @@ using TensorMap2D = CUtensorMap;
 // a kernel without TMA).
 inline bool make_tensor_map_2d(TensorMap2D* map, const uint16_t* base, int64_t dim0, int64_t dim1, int64_t ld,
                                int box1) {
+  // The driver's rules for this use (cuTensorMapEncodeTiled), checked on both builds so the
+  // emulator refuses what a GPU would: a 16-byte-aligned base, dimensions in 1..2^32, a row
+  // stride that is a multiple of 16 bytes, a box of at most 256 rows.
+  const bool valid = (reinterpret_cast<uintptr_t>(base) & 15) == 0 && dim0 >= 1 && dim1 >= 1 &&
+                     dim0 <= (int64_t(1) << 32) && dim1 <= (int64_t(1) << 32) && ld >= dim0 && ld % 8 == 0 &&
+                     box1 >= 1 && box1 <= 256;
+  if (!valid) return false;
 #if defined(LOOM_SIMT_EMULATION)
   *map = TensorMap2D{base, dim0, dim1, ld, box1};
   return true;
