@@ -280,6 +280,24 @@ void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
     }
 }
 
+// The wgmma GEMMs' tiling (cuda/wgmma-gemm-kernels.cuh) on the emulator, where test_matmul's
+// prompt-sized jobs are one tile: 2 x 2 tiles (T 200, N 300) with K of 3 k-tiles (fewer than the
+// stages) and of 9 (the stages' barrier phases wrap twice), each shape 8 times in a row so that
+// the emulated device's alternation of SM counts and kernel paths gives the TMA-fed, the
+// cp.async-fed and the mma.sync prefill GEMM their turns. Its own seed, as
+// test_matmul_prefill_gemm's.
+void test_matmul_wgmma_tiles(Device* dev, Device* ref, Checker& ck) {
+  if (std::string(dev->name()) != "emulated-cuda") return;
+  Rng rng{0x3a90a};
+  for (int64_t K : {136, 520})
+    for (int rep = 0; rep < 8; rep++) {
+      const TestWeight w = make_weight(rng, DType::BF16, 300, K);
+      const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, DType::BF16)};
+      const std::vector<std::vector<float>> deq{widen(bytes[0], DType::BF16)};
+      matmul_case(dev, ref, rng, ck, "matmul", DType::BF16, 200, K, bytes, deq, {300}, XKind::Random);
+    }
+}
+
 // The cuda device's skinny GEMM (cuda/skinny-gemm-kernels.cuh) on decode batches of every token
 // fragment count it is built for: T 5 and 12 (one and two fragments, one row tile per warp), 24,
 // 40 and 64 (two row tiles), in both 16-bit dtypes, with N past a block's rows (200) and K with a
@@ -328,6 +346,7 @@ void test_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
           matmul_case(dev, ref, rng, ck, "matmul", dt, T, K, bytes, deq, Ns, kind);
         }
   test_matmul_prefill_gemm(dev, ref, ck);
+  test_matmul_wgmma_tiles(dev, ref, ck);
   test_matmul_skinny_gemm(dev, ref, ck);
 }
 
