@@ -261,9 +261,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.list_kernel_paths) {
-    std::string names = loom::cuda_kernel_path_names();
-    for (size_t at; (at = names.find(", ")) != std::string::npos;) names.replace(at, 2, "\n");
-    std::printf("%s\n", names.c_str());
+    for (const loom::CudaKernelPathName& p : loom::kCudaKernelPathNames) std::printf("%s\n", p.name);
     return 0;
   }
   std::string bad_paths;

@@ -36,9 +36,23 @@ struct CudaKernelPaths {
   bool tma = true;
 };
 
-// The names LOOM_CUDA_DISABLE accepts, for messages.
-inline const char* cuda_kernel_path_names() {
-  return "tc-attention, tc-gemm, skinny-gemm, pdl, fused-norm, wgmma, tma";
+// Each path's name in LOOM_CUDA_DISABLE, and its switch.
+struct CudaKernelPathName {
+  const char* name;
+  bool CudaKernelPaths::*flag;
+};
+constexpr CudaKernelPathName kCudaKernelPathNames[] = {
+    {"tc-attention", &CudaKernelPaths::tc_attention}, {"tc-gemm", &CudaKernelPaths::tc_gemm},
+    {"skinny-gemm", &CudaKernelPaths::skinny_gemm},   {"pdl", &CudaKernelPaths::pdl},
+    {"fused-norm", &CudaKernelPaths::fused_norm},     {"wgmma", &CudaKernelPaths::wgmma},
+    {"tma", &CudaKernelPaths::tma},
+};
+
+// The names LOOM_CUDA_DISABLE accepts, comma-separated, for messages.
+inline std::string cuda_kernel_path_names() {
+  std::string names;
+  for (const CudaKernelPathName& p : kCudaKernelPathNames) names += (names.empty() ? "" : ", ") + std::string(p.name);
+  return names;
 }
 
 // Parses a LOOM_CUDA_DISABLE value into `out` (starting from every path on). Empty items and
@@ -51,21 +65,10 @@ inline bool parse_cuda_kernel_paths(const std::string& list, CudaKernelPaths* ou
     std::string item = list.substr(at, end - at);
     const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
     item = first == std::string::npos ? "" : item.substr(first, last - first + 1);
-    if (item == "tc-attention") {
-      paths.tc_attention = false;
-    } else if (item == "tc-gemm") {
-      paths.tc_gemm = false;
-    } else if (item == "skinny-gemm") {
-      paths.skinny_gemm = false;
-    } else if (item == "pdl") {
-      paths.pdl = false;
-    } else if (item == "fused-norm") {
-      paths.fused_norm = false;
-    } else if (item == "wgmma") {
-      paths.wgmma = false;
-    } else if (item == "tma") {
-      paths.tma = false;
-    } else if (!item.empty()) {
+    bool known = item.empty();
+    for (const CudaKernelPathName& p : kCudaKernelPathNames)
+      if (item == p.name) paths.*p.flag = false, known = true;
+    if (!known) {
       *error = "LOOM_CUDA_DISABLE: unknown kernel path \"" + item + "\" (expected a comma-separated list of " +
                cuda_kernel_path_names() + ")";
       return false;

@@ -1,11 +1,12 @@
 // Dense projections of the cuda device: y[t, n] (+)= bias[n] + Σ_k x[t, k] * W[n, k], x f32
-// activations, W in its stored dtype. Six kernels, chosen per job by shape:
+// activations, W in its stored dtype. Seven kernels, chosen per job by shape:
 //
 //  - prefill GEMM (bf16 weights, T >= 64 with tiles for at least half the SMs: a prompt's
 //    compute-bound step): x rounded to bf16 once per call, then 128x128 tiles of mma.sync fed by
 //    ldmatrix from a 4-stage cp.async pipeline (prefill-gemm-kernels.cuh has the design).
-//  - wgmma GEMM (the same jobs on sm_90a, where its 128x256 tiles fill half the SMs): the same
-//    bf16 x, two warpgroups' wgmma.m64n256k16 reading 128B-swizzled stages that cp.async fills
+//  - wgmma GEMMs (the same jobs on sm_90a, where their 128x256 tiles fill half the SMs): the same
+//    bf16 x, two warpgroups' wgmma.m64n256k16 reading 128B-swizzled stages that a producer warp
+//    fills by TMA box loads, or (`tma` off, no tensor map) every thread by cp.async
 //    (wgmma-gemm-kernels.cuh has the design).
 //  - skinny GEMM (5 <= T <= 64, bf16/f16 weights): a decode batch on tensor cores with the weights
 //    as the MMA's M side and 8 tokens per fragment as its N side, weight fragments loaded straight

@@ -101,6 +101,15 @@ inline void ldmatrix_x4_trans(uint32_t r[4], const void* row) {
 // pending. Emulated at the latest moment allowed (the wait), so a kernel that reads a stage
 // before waiting for it, or refills a stage another thread still reads, reads stale data here as
 // it might on a GPU. The source is read at issue (kernels copy inputs, which do not change).
+// Whether the running thread is in another block than `*seen` says (recording it): the emulated
+// async state kept per block (copy queues, pending reads, wgmma queues, mbarriers) then belongs
+// to the previous block and is dropped.
+inline bool entered_new_block(simt::dim3* seen) {
+  const simt::dim3& b = simt::current().block_idx;
+  if (seen->x == b.x && seen->y == b.y && seen->z == b.z) return false;
+  *seen = b;
+  return true;
+}
 struct PendingCopy {
   void* dst;
   uint8_t bytes[16];
@@ -113,12 +122,10 @@ struct CpAsyncQueue {
 // The running thread's queue; a previous block's leftovers (a kernel that never waited) are dropped.
 inline CpAsyncQueue& cp_async_queue() {
   static std::vector<CpAsyncQueue> queues(1024);
-  const simt::ThreadState& s = simt::current();
-  CpAsyncQueue& q = queues[size_t(s.linear)];
-  if (q.block.x != s.block_idx.x || q.block.y != s.block_idx.y || q.block.z != s.block_idx.z) {
+  CpAsyncQueue& q = queues[size_t(simt::current().linear)];
+  if (entered_new_block(&q.block)) {
     q.committed.clear();
     q.open.clear();
-    q.block = s.block_idx;
   }
   return q;
 }
@@ -136,11 +143,7 @@ struct AsyncReads {
 };
 inline std::vector<int>& async_reads_pending() {
   static AsyncReads reads;
-  const simt::ThreadState& s = simt::current();
-  if (reads.block.x != s.block_idx.x || reads.block.y != s.block_idx.y || reads.block.z != s.block_idx.z) {
-    reads.pending.clear();
-    reads.block = s.block_idx;
-  }
+  if (entered_new_block(&reads.block)) reads.pending.clear();
   return reads.pending;
 }
 // Adds `delta` to the pending reads of the 16-byte chunk at shared-window offset `offset`.
@@ -149,15 +152,21 @@ inline void note_async_read(uint32_t offset, int delta) {
   if (p.size() <= offset / 16) p.resize(offset / 16 + 1, 0);
   p[offset / 16] += delta;
 }
-inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+// Stops the emulation when an asynchronous write (`what`) of `bytes` at shared-window offset
+// `offset` would land on a chunk with pending reads.
+inline void require_no_pending_reads(uint32_t offset, uint32_t bytes, const char* what) {
   const std::vector<int>& reads = async_reads_pending();
-  const size_t chunk = size_t(static_cast<uint8_t*>(smem) - emulated_shared_origin()) / 16;
-  if (chunk < reads.size() && reads[chunk] > 0) {
-    std::fprintf(stderr,
-                 "emulated cp.async: writes shared memory that a wgmma not yet waited for reads (a stage "
-                 "refilled before wgmma.wait_group retired its readers)\n");
-    std::abort();
-  }
+  for (uint32_t o = offset; o < offset + bytes; o += 16)
+    if (o / 16 < reads.size() && reads[o / 16] > 0) {
+      std::fprintf(stderr,
+                   "emulated %s: writes shared memory that a wgmma not yet waited for reads (a stage refilled "
+                   "before its readers were retired)\n",
+                   what);
+      std::abort();
+    }
+}
+inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  require_no_pending_reads(uint32_t(static_cast<uint8_t*>(smem) - emulated_shared_origin()), 16, "cp.async");
   PendingCopy c{smem, {}};
   if (src_bytes == 16) std::memcpy(c.bytes, gmem, 16);
   cp_async_queue().open.push_back(c);

@@ -112,11 +112,7 @@ struct EmulatedMbarriers {
 };
 inline EmulatedMbarrier& emulated_mbarrier(const uint64_t* bar) {
   static EmulatedMbarriers all;
-  const simt::ThreadState& s = simt::current();
-  if (all.block.x != s.block_idx.x || all.block.y != s.block_idx.y || all.block.z != s.block_idx.z) {
-    all.by_offset.clear();
-    all.block = s.block_idx;
-  }
+  if (entered_new_block(&all.block)) all.by_offset.clear();
   return all.by_offset[shared_address(bar)];
 }
 inline void mbarrier_complete_if_done(EmulatedMbarrier& b) {
@@ -182,14 +178,7 @@ inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 }
 inline void tma_load_2d(void* dst, const TensorMap2D* map, int c0, int c1, uint64_t* bar) {
   const uint32_t off = shared_address(dst);
-  const std::vector<int>& reads = async_reads_pending();
-  for (uint32_t o = off; o < off + uint32_t(map->box1) * 128; o += 16)
-    if (o / 16 < reads.size() && reads[o / 16] > 0) {
-      std::fprintf(stderr,
-                   "emulated TMA: loads into shared memory that a wgmma not yet waited for reads (a stage "
-                   "refilled before its readers released it)\n");
-      std::abort();
-    }
+  require_no_pending_reads(off, uint32_t(map->box1) * 128, "TMA");
   emulated_mbarrier(bar).loads.push_back({off, *map, c0, c1});
 }
 #else

@@ -91,22 +91,16 @@ struct WgmmaQueue {
 // The running thread's queue; a previous block's leftovers (a kernel that never waited) are dropped.
 inline WgmmaQueue& wgmma_queue() {
   static std::vector<WgmmaQueue> queues(1024);
-  const ::simt::ThreadState& s = ::simt::current();
-  WgmmaQueue& q = queues[size_t(s.linear)];
-  if (q.block.x != s.block_idx.x || q.block.y != s.block_idx.y || q.block.z != s.block_idx.z) {
+  WgmmaQueue& q = queues[size_t(::simt::current().linear)];
+  if (entered_new_block(&q.block)) {
     q.committed.clear();
     q.open.clear();
-    q.block = s.block_idx;
   }
   return q;
 }
 // Shared-window offset of element (r, k < 16) of the k16 slice a descriptor names: where the
 // hardware reads it.
 inline uint32_t sw128_element_offset(uint64_t desc, int r, int k) {
-  if ((desc >> 62) != 1 || ((desc >> 32) & 0x3fff) != (kSw128AtomBytes >> 4) || ((desc >> 49) & 7) != 0) {
-    std::fprintf(stderr, "emulated wgmma: only 128B-swizzled K-major descriptors with 1024-byte atoms\n");
-    std::abort();
-  }
   uint32_t o = uint32_t(desc & 0x3fff) << 4;
   o += uint32_t(r / 8) * kSw128AtomBytes + uint32_t(r % 8) * 128 + uint32_t(2 * k);
   return o ^ (((o >> 7) & 7) << 4);
@@ -146,6 +140,12 @@ inline void wgmma_fence() {}
 inline void fence_proxy_async_shared() {}
 // D (this thread's kWgmmaAccs values) += A[the warpgroup's 64 rows, k16] * B[256, k16]^T.
 inline void wgmma_m64n256k16_bf16(float (&d)[kWgmmaAccs], uint64_t a, uint64_t b) {
+  // The emulation reads only the layout sw128_descriptor makes.
+  for (uint64_t desc : {a, b})
+    if ((desc >> 62) != 1 || ((desc >> 32) & 0x3fff) != (kSw128AtomBytes >> 4) || ((desc >> 49) & 7) != 0) {
+      std::fprintf(stderr, "emulated wgmma: only 128B-swizzled K-major descriptors with 1024-byte atoms\n");
+      std::abort();
+    }
   const PendingWgmma w{d, a, b};
   note_wgmma_reads(w, +1);
   wgmma_queue().open.push_back(w);
