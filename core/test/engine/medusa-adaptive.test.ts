@@ -54,6 +54,8 @@ function train(
 ): void {
   const tree = family.full.tree
   for (let i = 0; i < 40; i++) {
+    // A plain step now and then, as the engine's plain decoding records them: trees are judged against it.
+    if (i % 4 === 0) policy.recordStep(1, fixed + perWork, false)
     const work = i % 2 === 0 ? 1 + heads : 26 + 5 * heads
     policy.recordStep(work, fixed + perWork * work)
     for (const [node, child] of [
@@ -98,6 +100,7 @@ t.test(
     const unsure = onePolicy()
     const { tree } = unsure.family.full
     for (let i = 0; i < 40; i++) {
+      if (i % 4 === 0) unsure.policy.recordStep(1, 1.21, false)
       const work = i % 2 === 0 ? 1 + heads : 26 + 5 * heads
       unsure.policy.recordStep(work, 1 + 0.21 * work)
       unsure.policy.recordChildren('k', unsure.family.full, 0, tree.size, i % 2 === 0 ? 1 : -1)
@@ -297,7 +300,11 @@ t.test('the policy per key: adapter traffic never changes what base rows get', a
     [...mixedFamily.order],
     'the base family keeps its own order (adapter walks re-rank only theirs)',
   )
-  // One step with a row of each: each key gets its own size, the adapter's shallower.
+  // One step with a row of each: no plain step of two rows measured yet, so it decodes plainly
+  // (trees could only be judged against a plain cost extended from other sizes); once one is,
+  // each key gets its own size, the adapter's shallower.
+  t.same(mixed.choose([group(base), group(lora)]), [0, 0], 'two rows, no plain step of two measured: plain')
+  mixed.recordStep(2, 1.02, false, 2)
   const [kBase, kLora] = mixed.choose([group(base), group(lora)])
   const depthOf = (family: TreeFamily, k: number): number => family.get(k).tree.maxDepth
   t.ok(kLora! >= 1, `the adapter row speculates (${kLora})`)
@@ -498,5 +505,5 @@ t.test('prompt lookup: while no tree pays, rows seldom search', async (t) => {
   const late = searched.slice(1000)
   const n = late.filter(Boolean).length
   t.ok(n > 0, `it still tries now and then (${n} searches in 3000 steps)`)
-  t.ok(n < 0.02 * late.length, `searches on under 2% of the steps (${n} of ${late.length})`)
+  t.ok(n <= 0.02 * late.length, `searches on at most 2% of the steps (${n} of ${late.length})`)
 })

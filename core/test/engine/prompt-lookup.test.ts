@@ -167,7 +167,7 @@ t.test('the scheduler searches a lookup row only when the policy wants a draft f
     const policy = new AdaptiveTreePolicy()
     const families = plainKeys.map((k) => policy.family(k, () => lookupFamily(lookupTree(4))))
     for (let i = 0; i < 40; i++) {
-      policy.recordStep(i % 2 === 0 ? 1 : 5, i % 2 === 0 ? 0.35 : treeMs)
+      policy.recordStep(i % 2 === 0 ? 1 : 5, i % 2 === 0 ? 0.35 : treeMs, i % 2 === 1)
       plainKeys.forEach((k, j) => policy.recordChildren(k, families[j]!.full, 0, 5, -1))
     }
     for (const k of plainKeys)

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { StepCostModel } from '../../src/engine/medusa/step-cost.ts'
+import { StepCostModel, StepCosts } from '../../src/engine/medusa/step-cost.ts'
 
 /** Record `n` steps of `work` costing `ms` each. */
 function feed(model: StepCostModel, work: number, ms: number, n = 20): void {
@@ -112,4 +112,67 @@ t.test('fitted costs are reused until a bucket is new or reset, or eight samples
   // A sample under half its bucket's mean replaces it (a cold bucket): refit at once.
   model.record(8, 0.7)
   t.ok(Math.abs(model.cost(8) - 0.7) < 0.05, `a reset is used at once (${model.cost(8).toFixed(3)} ms)`)
+})
+
+t.test('a tree step is never predicted cheaper than its rows decoding plainly', async (t) => {
+  // Batch 32: plain steps of 17-32 rows (0.5 ms + 0.12 ms a row), and a rows class's only tree
+  // steps two tries of 12 and 14 more units whose times a busy second skewed (5.5 and 7.5 ms):
+  // their own line, extended down to a tree of two more units, falls below the plain step of 32 rows.
+  const costs = new StepCosts()
+  for (let i = 0; i < 200; i++) {
+    const rows = i % 10 === 0 ? 17 + (i % 16) : 32
+    costs.record(rows, 0.5 + 0.12 * rows, false, rows)
+  }
+  for (let i = 0; i < 3; i++) {
+    costs.record(44, 5.5, true, 32)
+    costs.record(46, 7.5, true, 32)
+  }
+  const plain = costs.cost(32, false, 32)
+  const tree = costs.cost(34, true, 32)
+  t.ok(tree >= plain, `two more units in a tree: ${tree.toFixed(3)} ms, the 32 rows plain ${plain.toFixed(3)} ms`)
+  t.ok(
+    Math.abs(costs.cost(46, true, 32) - 7.5) < 0.5,
+    `where trees were measured, their own cost: ${costs.cost(46, true, 32).toFixed(3)}`,
+  )
+  // Batch 1: plain steps 0.17 ms, a few sporadic head steps (cold: 0.35 ms for one head) and
+  // steady trees of 3-6 units at 0.22-0.3 ms. The plain line through the head steps, extended to
+  // 6 units, says ~1 ms; the trees' own cost stands.
+  const alone = new StepCosts()
+  for (let i = 0; i < 200; i++) {
+    if (i % 40 === 0) alone.record(2, 0.35, false, 1)
+    else if (i % 2 === 0) alone.record(1, 0.17, false, 1)
+    else alone.record(3 + (i % 4), 0.2 + 0.02 * (i % 4), true, 1)
+  }
+  t.ok(alone.cost(6, false, 1) > 0.6, `the plain line extended: ${alone.cost(6, false, 1).toFixed(3)} ms`)
+  t.ok(Math.abs(alone.cost(6, true, 1) - 0.26) < 0.03, `a tree of 6 units: ${alone.cost(6, true, 1).toFixed(3)} ms`)
+})
+
+t.test('plain steps: a smaller batch measured slower lowers to the larger, it does not raise it', async (t) => {
+  // Batch 32 of the demo model: 32-row plain steps 3.5 ms; now and then steps of 20-28 rows,
+  // slow (6 ms) as requests come and go around them. Pooled, they made the 32-row step ~4.3 ms.
+  const costs = new StepCosts()
+  for (let i = 0; i < 200; i++) {
+    if (i % 20 === 0) costs.record(20 + (i % 9), 6, false, 20 + (i % 9))
+    costs.record(32, 3.5, false, 32)
+  }
+  const at32 = costs.cost(32, false, 32)
+  t.ok(Math.abs(at32 - 3.5) < 0.05, `the 32-row plain step: ${at32.toFixed(3)} ms (measured 3.5)`)
+  t.ok(costs.cost(24, false, 24) <= at32 + 1e-9, 'fewer rows never cost more')
+})
+
+t.test('plain costs of one measured size answer there; elsewhere the other models do', async (t) => {
+  // Batch 8, never a plain step of 8 rows, only 8 rows running heads (40 units) plainly, and trees.
+  const costs = new StepCosts()
+  for (let i = 0; i < 50; i++) {
+    costs.record(40, 2, false, 8)
+    costs.record(48, 2.4, true, 8)
+  }
+  t.ok(Math.abs(costs.cost(40, false, 8) - 2) < 0.01, 'where plain steps were measured: their cost')
+  t.ok(
+    costs.cost(8, false, 8) < 1.5,
+    `8 rows without heads: not the heads step's 2 ms (${costs.cost(8, false, 8).toFixed(3)})`,
+  )
+  t.notOk(costs.plainMeasured(8), 'no plain step of 8 units measured')
+  costs.record(8, 0.6, false, 8)
+  t.ok(costs.plainMeasured(8), 'now it is')
 })

@@ -92,6 +92,14 @@ class Shape {
  * tokens look a third as costly as they are, and every row paid for the trees that chose.
  */
 export class StepCostModel {
+  /**
+   * Made non-decreasing by lowering, not pooling: a size's mean above a larger size's is taken
+   * down to it (a step is only ever slowed by what is not its work, see `DECAY`). For plain steps,
+   * whose work is their rows (and heads): at batch 32 the few steps of 17-31 rows ran while
+   * requests came and went, 1.3-1.6x the 32-row step, and pooled with it they raised its cost
+   * by a fifth, against which the trees' own looked cheap.
+   */
+  private readonly cheapest: boolean
   /** Measured buckets in `index` order (a handful: half octaves of the works seen). */
   private readonly buckets: Bucket[] = []
   private steps = 0
@@ -103,13 +111,18 @@ export class StepCostModel {
   /** The step count when the memo's fits began (see `REFIT_EVERY`). */
   private memoSince = 0
 
+  /** `cheapest`: made non-decreasing by lowering earlier means instead of pooling (see the field). */
+  constructor(cheapest = false) {
+    this.cheapest = cheapest
+  }
+
   /**
    * One decode step of `work` took `ms` milliseconds; counted as at most `capRatio` times its
    * bucket's mean (a step the OS preempted would otherwise drag its bucket for a few steps).
    */
   record(work: number, ms: number, capRatio = Infinity): void {
     if (!(ms >= 0) || !(work > 0)) return
-    const index = Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
+    const index = bucketIndex(work)
     let at = 0
     while (at < this.buckets.length && this.buckets[at]!.index < index) at++
     let bucket = this.buckets[at]
@@ -138,7 +151,13 @@ export class StepCostModel {
     return this.buckets.length >= 2
   }
 
-  /** The predicted milliseconds of a step of `work` (see the class comment); needs `ready`. */
+  /** Whether steps of about `work` (its bucket) were measured: `cost` answers there even before `ready`. */
+  measuredAt(work: number): boolean {
+    const index = bucketIndex(work)
+    return this.buckets.some((b) => b.index === index)
+  }
+
+  /** The predicted milliseconds of a step of `work` (see the class comment); needs `ready`, or `measuredAt(work)`. */
   cost(work: number): number {
     let ms = this.memo.get(work)
     if (ms === undefined) {
@@ -163,31 +182,43 @@ export class StepCostModel {
     return n * Math.max(MIN_RECENCY, RECENCY ** (this.steps - at))
   }
 
-  /** The buckets' means in work order, pooled until non-decreasing, and the slope of a line through all of them. */
+  /** The buckets' means in work order, pooled (or lowered) until non-decreasing, and the slope of a line through all of them. */
   private pool(): void {
     const shape = this.shape
     shape.reserve(this.buckets.length)
     const { work, ms, n, at } = shape
     let size = 0
-    for (const bucket of this.buckets) {
-      let pw = bucket.w / bucket.n
-      let pms = bucket.ms / bucket.n
-      let pn = bucket.n
-      let pat = bucket.at
-      // Pool adjacent violators: a mean below the one before it merges with it.
-      while (size > 0 && ms[size - 1]! >= pms) {
-        const q = --size
-        const weight = n[q]! + pn
-        pw = (work[q]! * n[q]! + pw * pn) / weight
-        pms = (ms[q]! * n[q]! + pms * pn) / weight
-        pn = weight
-        pat = Math.max(at[q]!, pat)
+    if (this.cheapest) {
+      for (const bucket of this.buckets) {
+        work[size] = bucket.w / bucket.n
+        ms[size] = bucket.ms / bucket.n
+        n[size] = bucket.n
+        at[size] = bucket.at
+        size++
       }
-      work[size] = pw
-      ms[size] = pms
-      n[size] = pn
-      at[size] = pat
-      size++
+      // A mean above a larger size's is lowered to it (see `cheapest`).
+      for (let i = size - 2; i >= 0; i--) ms[i] = Math.min(ms[i]!, ms[i + 1]!)
+    } else {
+      for (const bucket of this.buckets) {
+        let pw = bucket.w / bucket.n
+        let pms = bucket.ms / bucket.n
+        let pn = bucket.n
+        let pat = bucket.at
+        // Pool adjacent violators: a mean below the one before it merges with it.
+        while (size > 0 && ms[size - 1]! >= pms) {
+          const q = --size
+          const weight = n[q]! + pn
+          pw = (work[q]! * n[q]! + pw * pn) / weight
+          pms = (ms[q]! * n[q]! + pms * pn) / weight
+          pn = weight
+          pat = Math.max(at[q]!, pat)
+        }
+        work[size] = pw
+        ms[size] = pms
+        n[size] = pn
+        at[size] = pat
+        size++
+      }
     }
     shape.size = size
     let least = Infinity
@@ -243,15 +274,16 @@ function weightedLine(shape: Shape, logAt: number | null, minSpread = 1e-9): { x
  * adds one or two units of work to 32, inside the same work bucket as the plain steps around it
  * and as a lone row's 26-node tree: one model read its cost off those and judged such trees
  * nearly free (0.85× plain decoding in the serving bench, trees on most steps). Each (kind, rows
- * class) answers from its own steps once it has two buckets, else the rows class's steps of
- * both kinds, else all steps.
+ * class) answers from its own steps once it has two buckets (plain steps also at a size they
+ * measured, see `cost`), else the rows class's steps of both kinds, else all steps; and a tree
+ * step is never predicted below its rows decoding plainly.
  */
 export class StepCosts {
   private readonly all = new StepCostModel()
   /** Per rows class (`ROW_CLASSES`): both kinds, plain steps, tree steps. */
   private readonly classes = ROW_CLASSES.map(() => ({
     both: new StepCostModel(),
-    plain: new StepCostModel(),
+    plain: new StepCostModel(true),
     tree: new StepCostModel(),
   }))
 
@@ -271,12 +303,36 @@ export class StepCosts {
     return this.all.ready
   }
 
-  /** The predicted milliseconds of a step of `rows` rows and `work` that verifies trees (`tree`) or none; needs `ready`. */
+  /**
+   * The predicted milliseconds of a step of `rows` rows and `work` that verifies trees (`tree`) or
+   * none; needs `ready`. A tree step is never predicted cheaper than its rows decoding plainly
+   * (one unit of work each): at a large batch a rows class's tree model is made of the few tries
+   * it gets, and its line, extended below them, put trees of 1-3 more units at 0.2-1.0x the plain
+   * step of the same rows (batch 32 of the demo model), where they measured 1.1-1.3x. The floor is
+   * the plain model at the rows' own work, where plain steps are measured: extended to the tree's
+   * work instead, a slope from a few sporadic head steps made batch-1 trees look dearer than they
+   * are (kjv's sequential greedy speed-up 1.44-1.47x fell to 0.92-1.28x).
+   */
   cost(work: number, tree: boolean, rows: number): number {
     const c = this.classes[rowClass(rows)]!
-    const kind = tree ? c.tree : c.plain
-    return (kind.ready ? kind : c.both.ready ? c.both : this.all).cost(work)
+    // Plain steps of a large batch are mostly of one size, so its plain model is seldom `ready`;
+    // where it has measured the size asked about, it answers (the model of both kinds, its trees
+    // included, made the 32-row plain step look as dear as a tree).
+    if (!tree)
+      return (c.plain.ready || c.plain.measuredAt(work) ? c.plain : c.both.ready ? c.both : this.all).cost(work)
+    const own = (c.tree.ready ? c.tree : c.both.ready ? c.both : this.all).cost(work)
+    return Math.max(own, this.cost(rows, false, rows))
   }
+
+  /** Whether plain steps of `rows` rows (one unit of work each) were measured: until they are, trees there cannot be judged. */
+  plainMeasured(rows: number): boolean {
+    return this.classes[rowClass(rows)]!.plain.measuredAt(rows)
+  }
+}
+
+/** A work's bucket (see `Bucket.index`). */
+function bucketIndex(work: number): number {
+  return Math.floor(Math.log2(work) * BUCKETS_PER_OCTAVE)
 }
 
 /** Upper bounds of the rows classes: alone, a few, a batch, a big batch. */

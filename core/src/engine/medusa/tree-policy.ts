@@ -208,7 +208,8 @@ interface GroupCurve {
  *   decode-only steps against their work `W` = tokens fed + head rows × heads, steps with trees
  *   apart from steps without (`StepCosts`; each a line fitted near the `W` asked about, since the
  *   cost is concave in `W`). A tree row costs its nodes plus `heads` (they run once, where its
- *   walk ends); a plain row 1.
+ *   walk ends); a plain row 1. Trees are judged against plain steps of the same rows, so until
+ *   one is measured (a batch size seen only with trees) the step decodes plainly.
  * - Choice, for the whole step: with `P` other decode rows (work `W₀`) and groups `g` of `n_g`
  *   rows, maximise `(P + Σ n_g·E_g(k_g)) / cost(W₀ + Σ n_g·work_g(k_g))` by coordinate ascent
  *   over the groups' sizes, subject to no row being slower than in the all-plain step: a
@@ -321,11 +322,23 @@ export class AdaptiveTreePolicy {
     if (this.treeSteps < WARMUP_STEPS || !costs.ready) {
       return all.map((s) => Math.max(1, Math.ceil(s.family.order.length / 2 ** (this.treeSteps % WARMUP_CYCLE))))
     }
+    let rows = otherRows
+    for (const g of groups) rows += g.rows
+    // No plain step of this many rows measured yet (the warm-up's trees ran at another batch
+    // size): decode plainly, without drafts for a stretch (`wantsDraft`), until one is; else trees
+    // are judged against a plain cost made of trees, choose trees, and plain steps stay unmeasured
+    // (batch 32 of the demo model: trees on 20-30% of the steps, each 1.3-1.7x a plain one).
+    if (!costs.plainMeasured(rows)) {
+      for (const s of all) {
+        s.lastChoice = 0
+        s.idlePlans = 0
+        s.stretch = null
+      }
+      return groups.map(() => 0)
+    }
     for (const s of all) if (s.decisions % PROBE_EVERY === 0 && s.decisions > 0) this.rerank(s)
     const curves = groups.map((g, i) => this.curve(all[i]!, g))
     const ks = this.bestSizes(groups, curves, costs, otherRows, otherWork)
-    let rows = otherRows
-    for (const g of groups) rows += g.rows
     return ks.map((k, i) => {
       const s = all[i]!
       const g = groups[i]!
