@@ -93,13 +93,13 @@ class Shape {
  */
 export class StepCostModel {
   /**
-   * Made non-decreasing by lowering, not pooling: a size's mean above a larger size's is taken
-   * down to it (a step is only ever slowed by what is not its work, see `DECAY`). For plain steps,
-   * whose work is their rows (and heads): at batch 32 the few steps of 17-31 rows ran while
-   * requests came and went, 1.3-1.6x the 32-row step, and pooled with it they raised its cost
-   * by a fifth, against which the trees' own looked cheap.
+   * How the means are made non-decreasing in work: `pool` adjacent violators (the default), or
+   * `lower` a size's mean above a larger size's to it (a step is only ever slowed by what is not
+   * its work, see `DECAY`). Plain steps lower: their work is their rows (and heads), and at batch
+   * 32 the few steps of 17-31 rows, run while requests came and went, cost 1.3-1.6x the 32-row
+   * step; pooled with it they raised its cost by a fifth, against which trees looked cheap.
    */
-  private readonly cheapest: boolean
+  private readonly monotone: 'pool' | 'lower'
   /** Measured buckets in `index` order (a handful: half octaves of the works seen). */
   private readonly buckets: Bucket[] = []
   private steps = 0
@@ -111,9 +111,8 @@ export class StepCostModel {
   /** The step count when the memo's fits began (see `REFIT_EVERY`). */
   private memoSince = 0
 
-  /** `cheapest`: made non-decreasing by lowering earlier means instead of pooling (see the field). */
-  constructor(cheapest = false) {
-    this.cheapest = cheapest
+  constructor(monotone: 'pool' | 'lower' = 'pool') {
+    this.monotone = monotone
   }
 
   /**
@@ -188,7 +187,7 @@ export class StepCostModel {
     shape.reserve(this.buckets.length)
     const { work, ms, n, at } = shape
     let size = 0
-    if (this.cheapest) {
+    if (this.monotone === 'lower') {
       for (const bucket of this.buckets) {
         work[size] = bucket.w / bucket.n
         ms[size] = bucket.ms / bucket.n
@@ -196,7 +195,7 @@ export class StepCostModel {
         at[size] = bucket.at
         size++
       }
-      // A mean above a larger size's is lowered to it (see `cheapest`).
+      // A mean above a larger size's is lowered to it (see `monotone`).
       for (let i = size - 2; i >= 0; i--) ms[i] = Math.min(ms[i]!, ms[i + 1]!)
     } else {
       for (const bucket of this.buckets) {
@@ -283,7 +282,7 @@ export class StepCosts {
   /** Per rows class (`ROW_CLASSES`): both kinds, plain steps, tree steps. */
   private readonly classes = ROW_CLASSES.map(() => ({
     both: new StepCostModel(),
-    plain: new StepCostModel(true),
+    plain: new StepCostModel('lower'),
     tree: new StepCostModel(),
   }))
 
