@@ -114,15 +114,35 @@ struct PendingCopy {
   void* dst;
   uint8_t bytes[16];
 };
-struct CpAsyncQueue {
-  simt::dim3 block{~0u, ~0u, ~0u};  // whose copies these are
-  std::vector<std::vector<PendingCopy>> committed;  // oldest first
-  std::vector<PendingCopy> open;
+// One thread's asynchronous operations of a kind (cp.async copies, wgmmas) in PTX's groups: those
+// issued since the last commit, then the committed groups, oldest first.
+template <typename Op>
+struct AsyncGroups {
+  simt::dim3 block{~0u, ~0u, ~0u};  // whose operations these are
+  std::vector<std::vector<Op>> committed;
+  std::vector<Op> open;
+
+  // *.commit_group: the open operations become the newest group.
+  void commit() {
+    committed.push_back(std::move(open));
+    open.clear();
+  }
+  // *.wait_group N: complete(op) for every operation of the oldest groups, in issue order, until
+  // at most N groups are pending.
+  template <int N, typename Complete>
+  void wait(Complete&& complete) {
+    while (committed.size() > size_t(N)) {
+      for (const Op& op : committed.front()) complete(op);
+      committed.erase(committed.begin());
+    }
+  }
 };
-// The running thread's queue; a previous block's leftovers (a kernel that never waited) are dropped.
-inline CpAsyncQueue& cp_async_queue() {
-  static std::vector<CpAsyncQueue> queues(1024);
-  CpAsyncQueue& q = queues[size_t(simt::current().linear)];
+// The running thread's groups of `Op`; a previous block's leftovers (a kernel that never waited)
+// are dropped.
+template <typename Op>
+inline AsyncGroups<Op>& thread_async_groups() {
+  static std::vector<AsyncGroups<Op>> per_thread(1024);
+  AsyncGroups<Op>& q = per_thread[size_t(simt::current().linear)];
   if (entered_new_block(&q.block)) {
     q.committed.clear();
     q.open.clear();
@@ -169,20 +189,12 @@ inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
   require_no_pending_reads(uint32_t(static_cast<uint8_t*>(smem) - emulated_shared_origin()), 16, "cp.async");
   PendingCopy c{smem, {}};
   if (src_bytes == 16) std::memcpy(c.bytes, gmem, 16);
-  cp_async_queue().open.push_back(c);
+  thread_async_groups<PendingCopy>().open.push_back(c);
 }
-inline void cp_async_commit() {
-  CpAsyncQueue& q = cp_async_queue();
-  q.committed.push_back(std::move(q.open));
-  q.open.clear();
-}
+inline void cp_async_commit() { thread_async_groups<PendingCopy>().commit(); }
 template <int N>
 inline void cp_async_wait() {
-  CpAsyncQueue& q = cp_async_queue();
-  while (q.committed.size() > size_t(N)) {
-    for (const PendingCopy& c : q.committed.front()) std::memcpy(c.dst, c.bytes, 16);
-    q.committed.erase(q.committed.begin());
-  }
+  thread_async_groups<PendingCopy>().wait<N>([](const PendingCopy& c) { std::memcpy(c.dst, c.bytes, 16); });
 }
 #else
 template <DType DT>

@@ -83,21 +83,6 @@ struct PendingWgmma {
   float* d;
   uint64_t a, b;
 };
-struct WgmmaQueue {
-  ::simt::dim3 block{~0u, ~0u, ~0u};  // whose instructions these are
-  std::vector<std::vector<PendingWgmma>> committed;  // oldest first
-  std::vector<PendingWgmma> open;
-};
-// The running thread's queue; a previous block's leftovers (a kernel that never waited) are dropped.
-inline WgmmaQueue& wgmma_queue() {
-  static std::vector<WgmmaQueue> queues(1024);
-  WgmmaQueue& q = queues[size_t(::simt::current().linear)];
-  if (entered_new_block(&q.block)) {
-    q.committed.clear();
-    q.open.clear();
-  }
-  return q;
-}
 // Shared-window offset of element (r, k < 16) of the k16 slice a descriptor names: where the
 // hardware reads it.
 inline uint32_t sw128_element_offset(uint64_t desc, int r, int k) {
@@ -148,23 +133,15 @@ inline void wgmma_m64n256k16_bf16(float (&d)[kWgmmaAccs], uint64_t a, uint64_t b
     }
   const PendingWgmma w{d, a, b};
   note_wgmma_reads(w, +1);
-  wgmma_queue().open.push_back(w);
+  thread_async_groups<PendingWgmma>().open.push_back(w);
 }
-inline void wgmma_commit() {
-  WgmmaQueue& q = wgmma_queue();
-  q.committed.push_back(std::move(q.open));
-  q.open.clear();
-}
+inline void wgmma_commit() { thread_async_groups<PendingWgmma>().commit(); }
 template <int N>
 inline void wgmma_wait() {
-  WgmmaQueue& q = wgmma_queue();
-  while (q.committed.size() > size_t(N)) {
-    for (const PendingWgmma& w : q.committed.front()) {
-      run_wgmma(w);
-      note_wgmma_reads(w, -1);
-    }
-    q.committed.erase(q.committed.begin());
-  }
+  thread_async_groups<PendingWgmma>().wait<N>([](const PendingWgmma& w) {
+    run_wgmma(w);
+    note_wgmma_reads(w, -1);
+  });
 }
 #else
 // Orders this thread's register accesses before the wgmmas that follow (the accumulators were
