@@ -9,7 +9,7 @@
 //   - the dot products run in a register tile of kRows rows × up to kMaxTokens tokens (3 × 8
 //     zmm accumulators with AVX-512), so a k-step issues 24 FMAs for 11 loads and the loop is
 //     FMA-bound once the tiles are cache-resident;
-//   - with more tokens than one tile, kSuperBlock blocks take turns against each 8-token x tile,
+//   - with more tokens than one tile, super_blocks(K) blocks take turns against each x tile,
 //     so the x of a 32-token step (73 KB at K = 576, more than L1) is pulled into L1 once per
 //     super-block rather than once per block;
 //   - 16-bit weights are widened to f32 in registers (bf16: zero-extend + 16-bit shift, f16:
@@ -41,7 +41,12 @@
 namespace loom {
 namespace {
 
-constexpr int64_t kTokenTile = 64;  // tokens per pass over the weights (X tile ~ 64*K*4 bytes in L2)
+// Tokens per pass over the weights (the x tile, tokens x K f32, stays in L2 while the weights stream
+// through). Each pass re-reads the weights and re-widens 16-bit and Q8 rows into the L1 tile, so
+// fewer, longer passes pay where L2 holds the tile: on the AVX2 EPYC (1 MB L2) 128 against 64 was
+// level for f32 and 1.03-1.09x for Q8 prefill projections (135M bench model shapes, 128-512 tokens,
+// 2 threads, both alternating in one process). The AVX-512 build keeps 64, as measured on the Xeon.
+constexpr int64_t kTokenTile = LOOM_AVX512 ? 64 : 128;
 // Software prefetch distance in row blocks (~7 KB of f32 rows at K = 576). The hardware
 // prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
 // probe's bandwidth (a Xeon with AVX-512, into L1: the distance is short enough not to evict the
@@ -74,9 +79,23 @@ constexpr int64_t kBurstPrefetchTokens = 0;
 // those bytes would only compete with the weights.
 constexpr int64_t kHintMinTokens = 16;
 // Blocks dotted against one x tile in turn when a step has more than kMaxTokens tokens (see the
-// block loop). Batch-32 decode steps here: 44.8 -> 36.6 ms (f32) and 40.2 -> 35.5 ms (bf16) with 2
-// instead of 1; 3 and 4 measured 37.5 and 38.4 ms (f32).
+// block loop): super_blocks(K) of them, at most kSuperBlock. On the AVX-512 Xeon, batch-32 decode
+// steps: 44.8 -> 36.6 ms (f32) and 40.2 -> 35.5 ms (bf16) with 2 instead of 1; 3 and 4 measured
+// 37.5 and 38.4 ms (f32), so that build keeps 2. On the AVX2 EPYC, as many blocks as fit in
+// kSuperBlockBytes of f32 rows (8 at K = 576, 4 at K = 1536): each x tile is read from L2 once
+// per 24 or 12 rows instead of once per 6. Against 2, in one process alternating (135M bench model
+// shapes, 2 threads): 1.02-1.09x at 16-256 tokens for f32, bf16 and Q8; 8 blocks at K = 1536
+// (147 KB) measured 0.98-1.0x.
+#if LOOM_AVX512
 constexpr int64_t kSuperBlock = 2;
+constexpr int64_t super_blocks(int64_t) { return kSuperBlock; }
+#else
+constexpr int64_t kSuperBlock = 8;
+constexpr int64_t kSuperBlockBytes = 96 << 10;
+constexpr int64_t super_blocks(int64_t K) {
+  return std::max<int64_t>(2, std::min<int64_t>(kSuperBlock, kSuperBlockBytes / (kRows * 4 * K)));
+}
+#endif
 
 #if LOOM_AVX512
 
@@ -276,9 +295,16 @@ inline void dot_block(const void* const* w, const float* const* x, int64_t K, fl
     }
   } else {
     constexpr int64_t kPer64 = 64 / (8 * Ld::kBytes);  // k-steps per 64-byte line of a row
-    for (; k + 8 <= K; k += 8) {
-      if (pf_off != 0 && (k / 8) % kPer64 == 0) prefetch(k);
-      fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k);
+    // Two loops, not one testing pf_off every k-step: most dots of a prefill prefetch nothing
+    // (only the first x tile of a block does), and the test, with its spilled operand, made the
+    // loop 1.03-1.07x slower (f32 prefill projections, alternating in one process).
+    if (pf_off != 0) {
+      for (; k + 8 <= K; k += 8) {
+        if ((k / 8) % kPer64 == 0) prefetch(k);
+        fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k);
+      }
+    } else {
+      for (; k + 8 <= K; k += 8) fma_step(Ld::load(w0p, k), Ld::load(w1p, k), Ld::load(w2p, k), k);
     }
   }
 #pragma GCC unroll 4
@@ -559,9 +585,9 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
       // More tokens than one register tile: each tile of kMaxTokens tokens is dotted against
-      // kSuperBlock blocks before the next tile, so an x tile is pulled into L1 once per
+      // super_blocks(K) blocks before the next tile, so an x tile is pulled into L1 once per
       // super-block instead of once per block (the x of 32 tokens does not fit L1).
-      const int64_t nsuper = t1 - t0 > kMaxTokens ? kSuperBlock : 1;
+      const int64_t nsuper = t1 - t0 > kMaxTokens ? super_blocks(jobs[0].w.cols) : 1;
       for (int64_t sb = b0; sb < b1; sb += nsuper) {
         const int64_t se = std::min(b1, sb + nsuper);
         BlockPlan plan[kSuperBlock];
@@ -573,9 +599,11 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
           const int nrows = int(std::min<int64_t>(kRows, job.w.rows - n0));
           DType dt = job.w.dtype;
           // The rows of a later block of this chunk, prefetched inside the first dot of this block
-          // (same K: the jobs of one call share x). Without one, the block's own rows.
+          // (same K: the jobs of one call share x), in every token tile: each re-reads the weights
+          // (f32 prefill projections 1.03-1.09x against the first tile only). Without one, the
+          // block's own rows.
           int64_t pf_off = 0;
-          if (t0 == 0 && b + kPrefetchBlocks < b1) {
+          if (b + kPrefetchBlocks < b1) {
             const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
             const int64_t pn = blocks[b + kPrefetchBlocks] & ((int64_t(1) << 40) - 1);
             // 16-bit rows widened into the L1 tile are dotted from the tile: no offset to use.
