@@ -45,7 +45,7 @@ namespace {
 // through). Each pass re-reads the weights and re-widens 16-bit and Q8 rows into the L1 tile, so
 // fewer, longer passes pay where L2 holds the tile: on the AVX2 EPYC (1 MB L2) 128 against 64 was
 // level for f32 and 1.03-1.09x for Q8 prefill projections (135M bench model shapes, 128-512 tokens,
-// 2 threads, both alternating in one process). The AVX-512 build keeps 64, as measured on the Xeon.
+// 2 threads, both alternating in one process). The AVX-512 build keeps 64: 128 is unmeasured there.
 constexpr int64_t kTokenTile = LOOM_AVX512 ? 64 : 128;
 // Software prefetch distance in row blocks (~7 KB of f32 rows at K = 576). The hardware
 // prefetcher alone left a batch-1 step at ~25 GB/s; prefetching two blocks ahead reached the
@@ -600,8 +600,8 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
           DType dt = job.w.dtype;
           // The rows of a later block of this chunk, prefetched inside the first dot of this block
           // (same K: the jobs of one call share x), in every token tile: each re-reads the weights
-          // (f32 prefill projections 1.03-1.09x against the first tile only). Without one, the
-          // block's own rows.
+          // (f32 prefill projections 1.03-1.09x against the first tile only on the AVX2 EPYC;
+          // unmeasured with AVX-512). Without one, the block's own rows.
           int64_t pf_off = 0;
           if (b + kPrefetchBlocks < b1) {
             const MatmulJob& pj = jobs[blocks[b + kPrefetchBlocks] >> 40];
