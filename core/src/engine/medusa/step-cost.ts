@@ -187,38 +187,29 @@ export class StepCostModel {
     shape.reserve(this.buckets.length)
     const { work, ms, n, at } = shape
     let size = 0
-    if (this.monotone === 'lower') {
-      for (const bucket of this.buckets) {
-        work[size] = bucket.w / bucket.n
-        ms[size] = bucket.ms / bucket.n
-        n[size] = bucket.n
-        at[size] = bucket.at
-        size++
+    const pool = this.monotone === 'pool'
+    for (const bucket of this.buckets) {
+      let pw = bucket.w / bucket.n
+      let pms = bucket.ms / bucket.n
+      let pn = bucket.n
+      let pat = bucket.at
+      // Pool adjacent violators: a mean below the one before it merges with it.
+      while (pool && size > 0 && ms[size - 1]! >= pms) {
+        const q = --size
+        const weight = n[q]! + pn
+        pw = (work[q]! * n[q]! + pw * pn) / weight
+        pms = (ms[q]! * n[q]! + pms * pn) / weight
+        pn = weight
+        pat = Math.max(at[q]!, pat)
       }
-      // A mean above a larger size's is lowered to it (see `monotone`).
-      for (let i = size - 2; i >= 0; i--) ms[i] = Math.min(ms[i]!, ms[i + 1]!)
-    } else {
-      for (const bucket of this.buckets) {
-        let pw = bucket.w / bucket.n
-        let pms = bucket.ms / bucket.n
-        let pn = bucket.n
-        let pat = bucket.at
-        // Pool adjacent violators: a mean below the one before it merges with it.
-        while (size > 0 && ms[size - 1]! >= pms) {
-          const q = --size
-          const weight = n[q]! + pn
-          pw = (work[q]! * n[q]! + pw * pn) / weight
-          pms = (ms[q]! * n[q]! + pms * pn) / weight
-          pn = weight
-          pat = Math.max(at[q]!, pat)
-        }
-        work[size] = pw
-        ms[size] = pms
-        n[size] = pn
-        at[size] = pat
-        size++
-      }
+      work[size] = pw
+      ms[size] = pms
+      n[size] = pn
+      at[size] = pat
+      size++
     }
+    // Or lower: a mean above a larger size's is lowered to it (see `monotone`).
+    if (!pool) for (let i = size - 2; i >= 0; i--) ms[i] = Math.min(ms[i]!, ms[i + 1]!)
     shape.size = size
     let least = Infinity
     for (let i = 0; i < size; i++) {
