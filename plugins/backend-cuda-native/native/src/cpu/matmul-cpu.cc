@@ -565,7 +565,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
     int64_t b0, b1;
     split_range(nblocks, nchunks, chunk, 1, &b0, &b1);
     if (b0 >= b1) return;
-    static thread_local std::vector<float> tile;  // widened weight rows [kSuperBlock, kRows, K]
+    static thread_local std::vector<float> tile;  // widened weight rows [nsuper, kRows, K]
     // Hint bytes: this chunk owns [H·b0/nblocks, H·b1/nblocks) of their concatenation and pulls
     // them in step with its blocks (by block b, up to H·(b+1)/nblocks), inside the k-loops of
     // the first token tile's dots (a burst of ~100 prefetches stalls the FMAs behind it).
@@ -623,7 +623,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             for (int i = 0; i < kRows; i++) bp.w[i] = base + (n0 + std::min(i, nrows - 1)) * weight_row_bytes(dt, K);
           } else {
             // Several passes over 16-bit weights (or any Q8 rows): widen once into the L1 tile.
-            if (int64_t(tile.size()) < kSuperBlock * kRows * K) tile.resize(size_t(kSuperBlock * kRows * K));
+            if (int64_t(tile.size()) < nsuper * kRows * K) tile.resize(size_t(nsuper * kRows * K));
             float* rows = tile.data() + (b - sb) * kRows * K;
             const char* base = static_cast<const char*>(job.w.data);
             for (int i = 0; i < nrows; i++) widen_row(base + (n0 + i) * weight_row_bytes(dt, K), dt, K, rows + i * K);
