@@ -7,6 +7,11 @@
 import t from 'tap'
 import { buildTestProgram, run } from './test-program.ts'
 
+// The test program's build (or the wait for another file's), a whole seed on the emulator and a
+// second run of two families: ~4 minutes on a busy 2-core machine, where tap's 300 s per file
+// expired once (CI of 2026-11-28).
+t.setTimeout(600_000)
+
 t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
   const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
   if ('error' in built) return t.fail(built.error)
