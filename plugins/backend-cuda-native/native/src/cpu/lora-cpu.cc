@@ -227,7 +227,7 @@ inline void shrink_rows(const float* x, const void* a, int64_t K, int64_t r0, fl
 #else
   for (int i = 0; i < NR; i++) {
     float v = hsum1(acc[i]);  // the matmul tile's order (tile-reduce.h)
-    for (int64_t kk = k; kk < K; kk++) v += x[kk] * loadw1<DT>(a, (r0 + i) * K + kk);
+    for (int64_t kk = k; kk < K; kk++) v = add_product(v, x[kk], loadw1<DT>(a, (r0 + i) * K + kk));
     out[i] = v;
   }
 #endif

@@ -72,6 +72,16 @@ inline float hsum1(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
 
+// sum + a·b with the product rounded first, never fused into one FMA: the scalar K % 8 tails of
+// the kernels whose sums must agree (dot_block, dot_row_streaming, the one-token LoRA shrink) all
+// add this way. Left to the compiler, `sum += a * b` was contracted into an FMA in one kernel and
+// not in another (GCC 12, f32 rows with K % 8 != 0), so the same row came out different bits.
+inline float add_product(float sum, float a, float b) {
+  float p = a * b;
+  __asm__("" : "+x"(p));  // p must exist as a rounded float: no contraction across this
+  return sum + p;
+}
+
 #endif  // LOOM_AVX512
 
 // Store a reduced tile: for r < tn, i < nrows: y[t0 + r, n0 + i] (+)= out[r * kRows + i] + bias[n0 + i].
