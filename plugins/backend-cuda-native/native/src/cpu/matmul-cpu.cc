@@ -9,6 +9,9 @@
 //   - the dot products run in a register tile of kRows rows × up to kMaxTokens tokens (3 × 8
 //     zmm accumulators with AVX-512), so a k-step issues 24 FMAs for 11 loads and the loop is
 //     FMA-bound once the tiles are cache-resident;
+//   - a step of one token (batch-1 decode) on the AVX2 build reads a block's rows one after
+//     another, a single stream per core (dot_row_streaming): each byte meets one token, so the
+//     tile has nothing to reuse, and one stream pulled more from DRAM than three side by side;
 //   - with more tokens than one tile, super_blocks(K) blocks take turns against each x tile,
 //     so the x of a 32-token step (73 KB at K = 576, more than L1) is pulled into L1 once per
 //     super-block rather than once per block;
