@@ -170,6 +170,7 @@ export function writeModelWeights(
  * `tokenizer.json`, `tokenizer_config.json` and the weights. Returns the config written.
  */
 export async function buildModel(dir: string, opts: BuildModelOptions = {}): Promise<HfModelConfig> {
+  safetensorsDtypeOf(opts.dtype ?? 'float32') // an unknown dtype fails here, before anything is written
   mkdirSync(dir, { recursive: true })
   const tok = writeTokenizer(dir, opts.tokenizer)
   const arch = opts.arch ?? 'llama'

@@ -18,7 +18,16 @@ export interface TensorToWrite {
 
 /** HF `torch_dtype` name → safetensors dtype. */
 export function safetensorsDtypeOf(torchDtype: 'float32' | 'float16' | 'bfloat16'): SafetensorsDtype {
-  return torchDtype === 'float32' ? 'F32' : torchDtype === 'float16' ? 'F16' : 'BF16'
+  switch (torchDtype) {
+    case 'float32':
+      return 'F32'
+    case 'float16':
+      return 'F16'
+    case 'bfloat16':
+      return 'BF16'
+  }
+  // Reached only past the type checker (a cast, plain JS): any other name once wrote bf16 bytes.
+  throw new TypeError(`dtype must be 'float32', 'float16' or 'bfloat16'; received ${JSON.stringify(torchDtype)}`)
 }
 
 /** Bytes per element of a safetensors dtype. */

@@ -59,6 +59,15 @@ t.test('sharded equals unsharded; seeds and dtypes behave', async (t) => {
   t.ok(maxAbsDiff(lOther, l1) > 1, 'another seed is another model')
 })
 
+t.test('an unknown dtype is refused before anything is written', async (t) => {
+  const dir = join(t.testdir(), 'model')
+  await t.rejects(buildModel(dir, { dtype: 'f32' as 'float32' }), {
+    name: 'TypeError',
+    message: `dtype must be 'float32', 'float16' or 'bfloat16'; received "f32"`,
+  })
+  t.notOk(existsSync(dir), 'no folder written')
+})
+
 t.test('activations stay O(1) in deep models and logits are informative', async (t) => {
   const dir = t.testdir()
   const config = await buildModel(dir, { numLayers: 8, hiddenSize: 128, numHeads: 8, numKvHeads: 2 })
