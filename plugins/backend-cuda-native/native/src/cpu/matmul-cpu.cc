@@ -9,9 +9,9 @@
 //   - the dot products run in a register tile of kRows rows × up to kMaxTokens tokens (3 × 8
 //     zmm accumulators with AVX-512), so a k-step issues 24 FMAs for 11 loads and the loop is
 //     FMA-bound once the tiles are cache-resident;
-//   - a step of one token (batch-1 decode) on the AVX2 build reads a block's rows one after
-//     another, a single stream per core (dot_row_streaming): each byte meets one token, so the
-//     tile has nothing to reuse, and one stream pulled more from DRAM than three side by side;
+//   - a step of few tokens (decode at batch 1-4; f32 up to 8) on the AVX2 build reads a block's
+//     rows one after another against every token, a single stream per core (dot_row_streaming):
+//     each byte meets few tokens, and one stream pulled more from DRAM than three side by side;
 //   - with more tokens than one tile, super_blocks(K) blocks take turns against each x tile,
 //     so the x of a 32-token step (73 KB at K = 576, more than L1) is pulled into L1 once per
 //     super-block rather than once per block;
@@ -345,42 +345,69 @@ inline void widen_row(const void* src, DType dt, int64_t n, float* dst) {
 
 constexpr bool kConvertInRegisters = true;
 
-// One token against one weight row, read as a single stream: Σ_k w[k] * x[k] with the sums of
-// dot_block's tile (one accumulator over k-steps of 8, hsum1 in hsum4's order, then the K % 8
-// tail in order), so a row gives the bits of its place in any tile. For batch-1 steps, where each
-// weight byte meets one token: on the AVX2 EPYC (2026-11-28, 60 layers of a 1536 x 576 projection
-// in 2 MB pages, 2 threads, alternating in one process) rows one at a time streamed 1.07-1.32x
-// faster than dot_block's three rows side by side in bf16 and 1.04-1.06x in f32 (one thread, bf16:
-// 10.0-10.3 against 7.2-8.0 GB/s; two rows side by side measured between). The one FMA chain caps
-// a core at ~4.5 cycles per k-step (bf16 ~10 GB/s of weights per core at 2.9 GHz, measured from
-// cache), above what a core of that host pulls from DRAM. pf_ahead: the line that many bytes past
-// each 64 bytes of the row is prefetched into L2 (kWeightPrefetchHint), a later row of the stream.
-template <typename Ld>
-inline float dot_row_streaming(const void* w, const float* x, int64_t K, int64_t pf_ahead) {
+// One weight row against TN tokens, read as a single stream: out[t * kRows] = Σ_k w[k] * x_t[k]
+// with the sums of dot_block's tile (one accumulator per token over k-steps of 8, hsum1 in
+// hsum4's order, then the K % 8 tail in order), so a row gives the bits of its place in any tile.
+// For steps of few tokens, where each weight byte meets few: on the AVX2 EPYC (2026-11-28, 60
+// layers of a 1536 x 576 projection in 2 MB pages, 2 threads, alternating in one process) rows
+// one at a time streamed faster than dot_block's three rows side by side (three streams 1-2 KB
+// apart), at batch 1 bf16 1.07-1.32x and f32 1.04-1.06x (one thread, bf16: 10.0-10.3 against
+// 7.2-8.0 GB/s; two rows side by side measured between); see kStreamMaxTokens16 for more tokens.
+// At TN = 1 the one FMA chain caps a core at ~4.5 cycles per k-step (bf16 ~10 GB/s of weights per
+// core at 2.9 GHz, measured from cache), above what a core of that host pulls from DRAM.
+// pf_ahead: the line that many bytes past each 64 bytes of the row is prefetched into L2, a later
+// row of the stream.
+template <typename Ld, int TN>
+void dot_row_streaming(const void* w, const float* const* x, int64_t K, int64_t pf_ahead, float* out) {
   constexpr int64_t kPer64 = 64 / (8 * Ld::kBytes);  // k-steps per 64-byte line of the row
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[TN];
+#pragma GCC unroll 8
+  for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
     if ((k / 8) % kPer64 == 0) _mm_prefetch(static_cast<const char*>(w) + pf_ahead + k * Ld::kBytes, _MM_HINT_T1);
-    acc = _mm256_fmadd_ps(Ld::load(w, k), _mm256_loadu_ps(x + k), acc);
+    __m256 wv = Ld::load(w, k);
+    __asm__("" : "+v"(wv));  // widened once, in a register: not folded into each token's FMA
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + k), acc[t]);
   }
-  float sum = hsum1(acc);
-  for (; k < K; k++) sum = add_product(sum, Ld::at(w, k), x[k]);  // K % 8 tail
-  return sum;
+#pragma GCC unroll 8
+  for (int t = 0; t < TN; t++) {
+    float sum = hsum1(acc[t]);
+    for (int64_t kk = k; kk < K; kk++) sum = add_product(sum, Ld::at(w, kk), x[t][kk]);  // K % 8 tail
+    out[t * kRows] = sum;
+  }
 }
 
-// out[i] for the first nrows of a block's rows w against one token x (dot_row_streaming each).
-inline void dot_rows_streaming(DType dt, const void* const* w, int nrows, const float* x, int64_t K, float* out,
-                               int64_t pf_ahead) {
-  for (int i = 0; i < nrows; i++) {
-    if (dt == DType::F32) {
-      out[i] = dot_row_streaming<LoadF32>(w[i], x, K, pf_ahead);
-    } else if (dt == DType::BF16) {
-      out[i] = dot_row_streaming<LoadBF16>(w[i], x, K, pf_ahead);
-    } else {
-      out[i] = dot_row_streaming<LoadF16>(w[i], x, K, pf_ahead);
-    }
+// Up to this many tokens a step's 16-bit rows are read as single streams (dot_row_streaming); f32
+// rows up to kFewTokens. Against the 3-row tiles on that EPYC (same harness, medians of 16 pairs):
+// bf16 1.26x (2 tokens), 1.40x (3), 1.07-1.15x (4), 1.02x (6), 0.95x (8: widening a row for
+// eight FMAs leaves the loop compute-bound); f32 1.14x (2), 1.07x (4), 1.06x (6), 1.13-1.17x (8).
+constexpr int64_t kStreamMaxTokens16 = 4;
+inline bool streams_rows(DType dt, int64_t T) {
+  if (dt == DType::F32) return T <= kFewTokens;
+  return dt != DType::Q8 && T <= kStreamMaxTokens16;
+}
+
+using StreamRowFn = void (*)(const void*, const float* const*, int64_t, int64_t, float*);
+template <typename Ld>
+StreamRowFn stream_row_for(int tn) {
+  switch (tn) {
+    case 8: return &dot_row_streaming<Ld, 8>;
+    case 7: return &dot_row_streaming<Ld, 7>;
+    case 6: return &dot_row_streaming<Ld, 6>;
+    case 5: return &dot_row_streaming<Ld, 5>;
+    case 4: return &dot_row_streaming<Ld, 4>;
+    case 3: return &dot_row_streaming<Ld, 3>;
+    case 2: return &dot_row_streaming<Ld, 2>;
+    default: return &dot_row_streaming<Ld, 1>;
   }
+}
+// dot_row_streaming for a row dtype (f32, bf16 or f16) and 1..kFewTokens tokens.
+inline StreamRowFn stream_row_for(DType dt, int tn) {
+  if (dt == DType::F32) return stream_row_for<LoadF32>(tn);
+  if (dt == DType::BF16) return stream_row_for<LoadBF16>(tn);
+  return stream_row_for<LoadF16>(tn);
 }
 
 #endif
@@ -572,11 +599,26 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
         const char* base = static_cast<const char*>(job.w.data);
         const DotBlockFn dot = dot_block_for<kWeightPrefetchHint>(dt, tn0);
         const DotBlockFn dot1 = tn1 > 0 ? dot_block_for(dt, tn1) : nullptr;
+#if !LOOM_AVX512
+        // Rows one at a time against every token (streams_rows): one stream per thread.
+        const StreamRowFn stream_row = streams_rows(dt, T) ? stream_row_for(dt, int(T)) : nullptr;
+#endif
         for (; b < b1 && int(blocks[b] >> 40) == j; b++) {
           const int64_t n0 = blocks[b] & kRowMask;
           const int nrows = int(std::min<int64_t>(kRows, rows - n0));
           const void* w[kRows];
           for (int i = 0; i < kRows; i++) w[i] = base + (n0 + std::min(i, nrows - 1)) * rb;
+#if !LOOM_AVX512
+          if (stream_row != nullptr) {
+            // Prefetching kPrefetchBlocks blocks ahead of each row within the matrix (0: the
+            // row's own line, a no-op, near its end).
+            const int64_t ahead = n0 + (kPrefetchBlocks + 1) * kRows <= rows ? kPrefetchBlocks * kRows * rb : 0;
+            float all[kFewTokens * kRows];  // [T, kRows]
+            for (int i = 0; i < nrows; i++) stream_row(w[i], xs, K, ahead, all + i);
+            store_tile(all, int(T), nrows, job, 0, n0, accumulate);
+            continue;
+          }
+#endif
           // The block kPrefetchBlocks ahead: all at once when bandwidth-bound, else spread over
           // this dot's k-loop as an offset when it is rows of the same matrix.
           int64_t pf_off = 0;
@@ -590,18 +632,7 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
             }
           }
           float out[kMaxTokens * kRows];  // [tn, kRows]
-#if !LOOM_AVX512
-          if (T == 1 && dt != DType::Q8) {
-            // One token: the rows one at a time, a single stream (dot_row_streaming), prefetching
-            // kPrefetchBlocks blocks ahead of each row within the matrix (0: the row's own line).
-            const int64_t ahead = n0 + (kPrefetchBlocks + 1) * kRows <= rows ? kPrefetchBlocks * kRows * rb : 0;
-            dot_rows_streaming(dt, w, nrows, xs[0], K, out, ahead);
-          } else {
-            dot(w, xs, K, out, pf_off);
-          }
-#else
           dot(w, xs, K, out, pf_off);
-#endif
           store_tile(out, tn0, nrows, job, 0, n0, accumulate);
           if (tn1 > 0) {
             // The block's rows are in L1 now: the second tile reads them again from there.
