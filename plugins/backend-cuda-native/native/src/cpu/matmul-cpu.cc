@@ -569,7 +569,8 @@ void CpuDevice::matmul_widen(const float* x, int64_t T, int64_t ldx, const Matmu
   // Few tokens (decode, batched decode, Medusa trees): one pass over every block, the blocks of a
   // job walked with the job's kernel, row stride and outputs resolved once. At small K (the demo
   // model's 128: 8 k-steps per dot) the per-block bookkeeping of the general loop below was a
-  // large share of a step. Same kernels, prefetches and results as that loop.
+  // large share of a step. Same results as that loop; the kernels are its own (the tiles, or on
+  // the AVX2 build the single-stream rows of streams_rows).
   //
   // One chunk per thread, not the pool's default four: each chunk costs a claim and a completion
   // on shared atomics and starts with blocks nothing prefetched, which at the demo model's sizes

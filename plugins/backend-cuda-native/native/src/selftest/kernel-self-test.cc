@@ -472,7 +472,7 @@ void test_huge_page_arena(Checker& ck) {
 }
 
 // A token's outputs are the same bits whatever else is in its step: token 0 of a T-token matmul
-// against the same token alone, for f32 and bf16 weights below the vdpbf16ps threshold and int8
+// against the same token alone, for f32, f16 and bf16 weights (bf16 below the vdpbf16ps threshold), int8
 // below the AMX one (those paths change the arithmetic on purpose: see cpu-device.h and
 // matmul-q8-cpu.cc). Batch invariance and lossless speculation (a tree row is a bigger step than
 // the decode row it replaces) rest on it. Its own seed; the cpu device only for now: the cuda
@@ -481,35 +481,36 @@ void test_matmul_batch_invariant(Device* dev, Checker& ck) {
   if (std::string(dev->name()) != "cpu") return;
   Rng rng{0xba7c4};
   const int64_t N = 131, ldx = 584;
-  // K = 579: the scalar K % 8 tail of the AVX2 kernels (a batch-1 step's rows go through another
-  // kernel than a tile's there: dot_row_streaming).
-  for (int64_t K : {576, 579})
-  for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8}) {
-    if (dt == DType::Q8 && K % kQ8Block != 0) continue;
-    const TestWeight w = make_weight(rng, DType::F32, N, K, 0.05f);
-    std::vector<uint8_t> bytes;
-    if (dt == DType::Q8) {
-      bytes.resize(size_t(weight_bytes(DType::Q8, N, K)));
-      quantize_q8_rows(w.f32.data(), DType::F32, N, K, bytes.data());
-    } else {
-      bytes = to_dtype(w.f32, dt);
-    }
-    auto wb = put(dev, bytes.data(), bytes.size());
-    const auto x = randn(rng, size_t(15 * ldx));
-    auto xb = put(dev, x);
-    std::vector<float> alone;
-    for (int64_t T : {1, 2, 3, 5, 8, 9, 15}) {
-      auto yb = put(dev, std::vector<float>(size_t(T * N)));
-      const MatmulJob job{{wb.data(), dt, N, K}, nullptr, yb.data(), N};
-      dev->matmul(xb.data(), T, ldx, &job, 1, false);
-      const auto y = get(dev, yb, size_t(T * N));
-      if (T == 1) {
-        alone = y;
-        continue;
+  // K = 579: the scalar K % 8 tail of the AVX2 kernels, where a step of few tokens (f32 up to 8,
+  // 16-bit up to 4) reads its rows as single streams (dot_row_streaming) and a larger one in tiles.
+  for (int64_t K : {576, 579}) {
+    for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::Q8}) {
+      if (dt == DType::Q8 && K % kQ8Block != 0) continue;
+      const TestWeight w = make_weight(rng, DType::F32, N, K, 0.05f);
+      std::vector<uint8_t> bytes;
+      if (dt == DType::Q8) {
+        bytes.resize(size_t(weight_bytes(DType::Q8, N, K)));
+        quantize_q8_rows(w.f32.data(), DType::F32, N, K, bytes.data());
+      } else {
+        bytes = to_dtype(w.f32, dt);
       }
-      ck.compare("matmul", std::string("matmul ") + dtype_name(dt) + " K " + std::to_string(K) + ": token 0 of " +
-                               std::to_string(T) + " is its batch-1 bits",
-                 y.data(), alone.data(), size_t(N), 0, 0);
+      auto wb = put(dev, bytes.data(), bytes.size());
+      const auto x = randn(rng, size_t(15 * ldx));
+      auto xb = put(dev, x);
+      std::vector<float> alone;
+      for (int64_t T : {1, 2, 3, 5, 8, 9, 15}) {
+        auto yb = put(dev, std::vector<float>(size_t(T * N)));
+        const MatmulJob job{{wb.data(), dt, N, K}, nullptr, yb.data(), N};
+        dev->matmul(xb.data(), T, ldx, &job, 1, false);
+        const auto y = get(dev, yb, size_t(T * N));
+        if (T == 1) {
+          alone = y;
+          continue;
+        }
+        ck.compare("matmul", std::string("matmul ") + dtype_name(dt) + " K " + std::to_string(K) + ": token 0 of " +
+                                 std::to_string(T) + " is its batch-1 bits",
+                   y.data(), alone.data(), size_t(N), 0, 0);
+      }
     }
   }
 }
