@@ -16,9 +16,10 @@ namespace loom {
 struct CudaKernelPaths {
   // attention-tc-kernels.cuh for 16-bit caches at head dims 64/128; off: the SIMT flash kernel.
   bool tc_attention = true;
-  // gemm_tc_kernel for decode batches of 16-64 (matmul-kernels.cuh); off: the SIMT tiles.
+  // gemm_tc_kernel for decode batches of 33-64, 16-64 with skinny-gemm off (matmul-kernels.cuh);
+  // off: the SIMT tiles.
   bool tc_gemm = true;
-  // gemm_skinny_kernel for decode batches of 5-64 (skinny-gemm-kernels.cuh); off: the GEMV below
+  // gemm_skinny_kernel for decode batches of 5-32 (skinny-gemm-kernels.cuh); off: the GEMV below
   // 16 tokens, gemm_tc_kernel from 16.
   bool skinny_gemm = true;
   // Programmatic dependent launch on sm_90+ (grid-dependency.cuh): each kernel's blocks may start

@@ -8,7 +8,7 @@
 //    bf16 x, two warpgroups' wgmma.m64n256k16 reading 128B-swizzled stages that a producer warp
 //    fills by TMA box loads, or (`tma` off, no tensor map) every thread by cp.async
 //    (wgmma-gemm-kernels.cuh has the design).
-//  - skinny GEMM (5 <= T <= 64, bf16/f16 weights): a decode batch on tensor cores with the weights
+//  - skinny GEMM (5 <= T <= 32, bf16/f16 weights): a decode batch on tensor cores with the weights
 //    as the MMA's M side and 8 tokens per fragment as its N side, weight fragments loaded straight
 //    from global memory and x (split into 16-bit halves as below) through L1; no shared memory,
 //    no barriers (skinny-gemm-kernels.cuh has the design).
@@ -18,7 +18,7 @@
 //    barriers), so every weight byte is read once per 8 tokens and the weight stream never waits
 //    on the block. The jobs of one call (q/k/v, gate/up) share one launch when all take this path,
 //    and rmsnorm_matmul's norm folds into it at 1-4 tokens (GemvNorm).
-//  - tensor-core GEMM (T > 64, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0):
+//  - tensor-core GEMM (T > 32, or from 16 with the skinny GEMM off; bf16/f16 weights, K % 8 == 0):
 //    mma.sync m16n8k16 with f32 accumulation on 64x64 tiles, K in steps of 32, weights and x double-buffered with cp.async.
 //    x is f32, so it is split once per call (split_x_kernel) into a 16-bit high part and a 16-bit
 //    remainder (x = hi + lo, exact to ~2^-17 relative) and both are multiplied by W: rounding x to

@@ -3,7 +3,7 @@
 // N side (m16n8k16: 8 tokens per fragment). matmul-kernels.cuh chooses it (MatmulPath::kSkinny)
 // and matmul.cu describes the device's other kernels.
 //
-// Why a kernel of its own: a decode batch of 8-64 rows is bandwidth-bound (each weight is used
+// Why a kernel of its own: a decode batch of 8-32 rows is bandwidth-bound (each weight is used
 // by T tokens only), and on the H100 the two kernels that served it streamed the weights at 28-36%
 // of HBM bandwidth (docs/performance.md): the GEMV at batch 8 multiplies each 16-byte weight chunk
 // by 8 tokens of x read from L1 with FMAs, and the tensor-core GEMM's 64x64 tiles (tokens as M,
@@ -37,8 +37,12 @@
 namespace loom {
 
 // The token counts the skinny GEMM takes: from where the GEMV's 8-token blocks start (5..8
-// tokens share one) up to where the tensor-core GEMM's 64-token tiles are full.
-constexpr int64_t kSkinnyMinTokens = 5, kSkinnyMaxTokens = 64;
+// tokens share one) up to 32. Past that each warp reads x for its 32 rows through L1 at 4x the
+// weights' bytes a k-step (64 tokens), and the tensor-core GEMM, which stages x in shared memory
+// once per 64x64 tile, measured faster (not profiled yet): on an H200 (2026-11-28) a batch-64
+// decode step took 22.8 ms on this kernel and 17.2 ms on the tensor-core GEMM, while at batch 32
+// this kernel was 1.04x faster and at batch 8 1.72x (gpu/bench.sh's kernel-path rows).
+constexpr int64_t kSkinnyMinTokens = 5, kSkinnyMaxTokens = 32;
 constexpr int kSkWarps = 4;  // warps per block, each on its own rows
 // 32-column k-steps whose weight loads a warp of MT row tiles issues together: 8 loads of 16
 // bytes in flight per lane either way (4 KB a warp), what the GEMV keeps in flight at batch 1.
@@ -184,17 +188,14 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(const uint16
 }
 
 // `run(kernel)` with the instance for `dt` and T tokens (NF = ceil(T / 8), MT = skinny_row_tiles).
+static_assert(kSkinnyMaxTokens <= 32, "dispatch_skinny_dtype has instances up to 4 fragments");
 template <DType DT, typename Run>
 void dispatch_skinny_dtype(int64_t T, Run&& run) {
   switch ((T + 7) / 8) {
     case 1: run(gemm_skinny_kernel<DT, 1, 1>); break;
     case 2: run(gemm_skinny_kernel<DT, 2, 1>); break;
     case 3: run(gemm_skinny_kernel<DT, 3, 2>); break;
-    case 4: run(gemm_skinny_kernel<DT, 4, 2>); break;
-    case 5: run(gemm_skinny_kernel<DT, 5, 2>); break;
-    case 6: run(gemm_skinny_kernel<DT, 6, 2>); break;
-    case 7: run(gemm_skinny_kernel<DT, 7, 2>); break;
-    default: run(gemm_skinny_kernel<DT, 8, 2>);
+    default: run(gemm_skinny_kernel<DT, 4, 2>);  // up to kSkinnyMaxTokens = 32
   }
 }
 template <typename Run>
