@@ -3,6 +3,7 @@
 // legacy default stream, outside the Device, while the model's stream is idle (the bench calls it
 // between steps, each of which ends in Device::synchronize), so it measures the memory system
 // alone; a Device op is not needed for a figure only the benchmark uses.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -153,5 +154,7 @@ std::unique_ptr<loom_test::QueueMarks> cuda_queue_marks(loom::Device* dev) {
   if (cuda == nullptr) return nullptr;
   return std::make_unique<CudaQueueMarks>(cuda->stream());
 }
+
+void cuda_profiler_range(bool on) { (void)(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
 }  // namespace loom_bench

@@ -490,6 +490,8 @@ class Bench {
   // One breakdown table: ops waited for alone (`marks` null) or timed by marks in the queue.
   std::string breakdown_table(const std::string& how, loom_test::QueueMarks* marks);
   void kernel_paths();
+  // BenchOptions::profile: one step of each profiled row inside the profiler's range.
+  int profile_steps();
   void targets();
   void print_table();
 
@@ -842,7 +844,8 @@ void Bench::kernel_paths() {
       {"tc-attention", &CudaKernelPaths::tc_attention, 1, Adapters::kBase, false},
       {"tc-attention", &CudaKernelPaths::tc_attention, bmax, Adapters::kBase, false},
       {"skinny-gemm", &CudaKernelPaths::skinny_gemm, 8, Adapters::kBase, false},
-      {"skinny-gemm", &CudaKernelPaths::skinny_gemm, bmax, Adapters::kBase, false},
+      {"skinny-gemm", &CudaKernelPaths::skinny_gemm, 32, Adapters::kBase, false},
+      {"tc-gemm", &CudaKernelPaths::tc_gemm, bmax, Adapters::kBase, false},
       {"skinny-gemm", &CudaKernelPaths::skinny_gemm, 32, Adapters::kDistinct, true},
       {"pdl", &CudaKernelPaths::pdl, 1, Adapters::kBase, false},
       {"pdl", &CudaKernelPaths::pdl, bmax, Adapters::kBase, false},
@@ -888,6 +891,47 @@ void Bench::kernel_paths() {
 // step with no waits (an op's time runs to the next op's start, its launch gaps included): by
 // CUDA events in the stream on the cuda device, by the host's clock on the cpu device, whose ops
 // are done when their call returns. Lines for after the table.
+int Bench::profile_steps() {
+  const Status loaded = load_model();
+  if (!loaded.ok()) {
+    std::printf("model load: %s: %s\nFAILED\n", loaded.code.c_str(), loaded.message.c_str());
+    return 1;
+  }
+  const int bs = 16, blocks_per_row = (s_.context + 1 + bs - 1) / bs, bmax = s_.batches.back();
+  struct Case {
+    int rows, n;  // n > 1: a prefill of n tokens a row
+    Adapters adapters;
+    bool mix;
+  };
+  const Case cases[] = {{1, s_.prefill_long, Adapters::kBase, false}, {1, 1, Adapters::kBase, false},
+                        {1, 1, Adapters::kBase, true},          {bmax, 1, Adapters::kBase, false},
+                        {bmax, 1, Adapters::kBase, true},       {bmax, 1, Adapters::kDistinct, true}};
+  for (const Case& c : cases) {
+    const std::string figure =
+        c.n > 1 ? prefill_figure(c.rows, c.n) : decode_figure(c.rows, c.adapters, c.mix);
+    StepData d;
+    if (c.n > 1)
+      build_step(s_, c.rows, c.n, 0, (c.n + bs - 1) / bs, c.adapters, c.mix, opt_.seed + 77, &d);
+    else
+      build_step(s_, c.rows, 1, s_.context, blocks_per_row, c.adapters, c.mix, opt_.seed + uint64_t(c.rows), &d);
+    Status st = run_step(model_.get(), &d);  // warm-up, outside the range
+#ifdef LOOM_WITH_CUDA
+    if (cuda_) cuda_profiler_range(true);
+#endif
+    if (st.ok()) st = run_step(model_.get(), &d);
+#ifdef LOOM_WITH_CUDA
+    if (cuda_) cuda_profiler_range(false);
+#endif
+    if (!st.ok()) {
+      std::printf("%s: %s: %s\nFAILED\n", figure.c_str(), st.code.c_str(), st.message.c_str());
+      return 1;
+    }
+    progress(figure + ": one step in the profiler's range");
+  }
+  std::printf("DONE in %.1f s\n", seconds_since(started_));
+  return 0;
+}
+
 void Bench::breakdown() {
   const double overhead = timed_.sync_overhead();
   breakdown_ = breakdown_table("each op waited for alone, so every call also holds one wait's round trip, " +
@@ -1022,6 +1066,7 @@ int Bench::run() {
               cuda_ ? (", prefill peak " + fmt("%.0f", peak_.tflops) + " TFLOP/s dense bf16 (" + peak_.source + ")").c_str() : "");
   std::fflush(stdout);
 
+  if (opt_.profile) return profile_steps();
   measure_bandwidth("before");
   budget_.limited = opt_.seconds > 0;
   budget_.deadline = Clock::now() + std::chrono::milliseconds(int64_t(opt_.seconds * 1000));

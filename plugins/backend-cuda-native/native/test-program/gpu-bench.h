@@ -31,6 +31,10 @@ struct BenchOptions {
   double peak_tflops = 0;    // dense bf16 peak for the prefill roofline (0: from the GPU's name)
   int layers = 0;            // override the shape's layer count (0: the shape's): a quick look at
                              // the other dimensions of the real shape on a small machine
+  bool profile = false;      // for a kernel profiler (Nsight Compute with --profile-from-start off):
+                             // no table; load the model, then run one step of each profiled row
+                             // (prefill 1x2048, decode batch 1 and 64, base and sampled mix, batch
+                             // 64 distinct adapters) between cudaProfilerStart and Stop
 };
 
 // Runs the benchmark on `dev` (owned by the caller) and prints progress lines, then the table.
@@ -56,5 +60,8 @@ bool cuda_set_kernel_paths(loom::Device* dev, const loom::CudaKernelPaths& paths
 // Marks in the cuda device's stream (CUDA events) for the in-stream breakdown; null when `dev` is
 // not the cuda device.
 std::unique_ptr<loom_test::QueueMarks> cuda_queue_marks(loom::Device* dev);
+// cudaProfilerStart (`on`) or cudaProfilerStop: the range a profiler started with
+// --profile-from-start off collects.
+void cuda_profiler_range(bool on);
 
 }  // namespace loom_bench

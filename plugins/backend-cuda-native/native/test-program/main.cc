@@ -23,7 +23,7 @@
 //                    [--steps N] [--model NAME] [--seed N] [--threads N] [--require cuda]
 //   loom-native-test --bench [--bench-shape llama3-8b|smollm2-135m|tiny] [--device cpu|cuda] [--steps N]
 //                    [--bench-seconds S] [--bench-dir DIR] [--peak-tflops X] [--bench-layers N]
-//                    [--seed N] [--threads N] [--require cuda]
+//                    [--seed N] [--threads N] [--require cuda] [--bench-profile]
 //   loom-native-test --kernel-paths
 #include <algorithm>
 #include <chrono>
@@ -78,6 +78,10 @@ bool parse(int argc, char** argv, Args* a) {
     const std::string k = argv[i];
     if (k == "--bench") {  // the flags without a value
       a->bench = true;
+      continue;
+    }
+    if (k == "--bench-profile") {
+      a->bench = a->bench_opt.profile = true;
       continue;
     }
     if (k == "--kernel-paths") {
