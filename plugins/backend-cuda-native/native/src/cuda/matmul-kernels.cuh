@@ -645,7 +645,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
   switch (path) {
     case MatmulPath::kPrefill:
       if (prefill_takes_wgmma(T, N, sms, paths)) {
-        const unsigned gx = unsigned((N + kWgBN - 1) / kWgBN), gy = unsigned((T + kWgBM - 1) / kWgBM);
+        const unsigned gx = unsigned((T + kWgBM - 1) / kWgBM), gy = unsigned((N + kWgBN - 1) / kWgBN);
         const auto* w = static_cast<const uint16_t*>(j.w.data);
         TensorMap2D xmap, wmap;
         if (paths.tma && make_tensor_map_2d(&xmap, scratch.xb, K, T, scratch.ldxb, kWgBM) &&
@@ -658,7 +658,7 @@ MatmulPath launch_matmul_job(const float* x, int64_t T, int64_t ldx, const Matmu
         }
         break;
       }
-      launch(gemm_prefill_kernel, unsigned((N + kPfBN - 1) / kPfBN), unsigned((T + kPfBM - 1) / kPfBM), 1u,
+      launch(gemm_prefill_kernel, unsigned((T + kPfBM - 1) / kPfBM), unsigned((N + kPfBN - 1) / kPfBN), 1u,
              kPfThreads, kPfSmemBytes, scratch.xb, T, scratch.ldxb, static_cast<const uint16_t*>(j.w.data), N, K,
              j.bias, j.y, j.ldy, accumulate);
       break;

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(256) round_x_bf16_kernel(const float* x, int64
 
 // Semantics: for t < T, n < N in this block's 128x128 tile:
 //   y[t*ldy+n] = (acc ? y : 0) + bias[n] + Σ_k xb[t*ldxb+k] * W[n,k], products in f32.
-//   grid (ceil(N/128), ceil(T/128)), block 256, kPfSmemBytes of dynamic shared memory.
+//   grid (ceil(T/128), ceil(N/128)), block 256, kPfSmemBytes of dynamic shared memory.
 // xb [T, ldxb] bf16 (ldxb % 8 == 0, 16-byte aligned), W [N, K] bf16 (K % 8 == 0, 16-byte
 // aligned), bias [N] or null, y [T, ldy] f32. Rows past T or N and columns past K load zeros.
 __global__ void __launch_bounds__(kPfThreads) gemm_prefill_kernel(const uint16_t* xb, int64_t T, int64_t ldxb,
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kPfThreads) gemm_prefill_kernel(const uint16_t
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const int wm = warp >> 2, wn = warp & 3;  // this warp's 64 tokens x 32 outputs of the tile
-  const int64_t m0 = int64_t(blockIdx.y) * kPfBM, n0 = int64_t(blockIdx.x) * kPfBN;
+  const int64_t m0 = int64_t(blockIdx.x) * kPfBM, n0 = int64_t(blockIdx.y) * kPfBN;  // token tiles fastest, as the wgmma GEMMs
   const int nk = int((K + kPfBK - 1) / kPfBK);
 
   // One stage: x and W tiles of 128 rows x 4 chunks of 8 halves = 512 chunks each, 2 per thread.
