@@ -77,19 +77,13 @@ inline int64_t tc_split_floats(const MatmulJob& j, int64_t T, int sms, const Cud
 // FMA. ROWS x UNROLL x 16 bytes per lane is what keeps enough loads in flight to stream HBM at
 // batch 1 (8 loads: 4 KB per warp); more tokens need more rows per warp so that x's L1 traffic
 // (TOK x 32 bytes per chunk) stays within a few times the weights' bytes.
-// One token takes one row per warp: twice the warps of two rows, each with half the round trips.
-// With two, the o and down projections of an 8B model (N = 4096: 512 blocks, ~16 warps an SM)
-// streamed at 38-46% of an H200's bandwidth and gate|up (3584 blocks) at 71% (Nsight Compute,
-// 2026-11-28). A lane's chunks are summed in column order either way: the same bits.
 template <int TOK>
 struct GemvShape {
-  static constexpr int kRows = TOK <= 1 ? 1 : TOK <= 2 ? 2 : 4;
-  static constexpr int kUnroll = TOK <= 1 ? 8 : TOK <= 2 ? 4 : 2;
+  static constexpr int kRows = TOK <= 2 ? 2 : 4;
+  static constexpr int kUnroll = TOK <= 2 ? 4 : 2;
 };
 inline int gemv_tokens_per_block(int64_t T) { return T <= 1 ? 1 : T <= 2 ? 2 : T <= 4 ? 4 : 8; }
-inline int gemv_rows_per_warp(int tok) {
-  return tok <= 1 ? GemvShape<1>::kRows : tok <= 2 ? GemvShape<2>::kRows : GemvShape<4>::kRows;
-}
+inline int gemv_rows_per_warp(int tok) { return tok <= 2 ? GemvShape<1>::kRows : GemvShape<4>::kRows; }
 inline unsigned gemv_grid_x(int64_t N, int tok) {
   const int64_t rows = int64_t(kGemvWarps) * gemv_rows_per_warp(tok);
   return unsigned((N + rows - 1) / rows);
