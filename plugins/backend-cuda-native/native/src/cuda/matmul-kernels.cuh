@@ -56,14 +56,11 @@ inline bool prefill_takes_wgmma(int64_t T, int64_t N, int sms, const CudaKernelP
 }
 
 // How split-K (split-k.h) cuts a tensor-core job of T tokens: over gridDim.z, whole once its
-// 64x64 tiles are as many as the SMs, else to ~4 blocks an SM. At 2 an SM (64 tiles of a batch-64
-// step at N = 4096 cut into 5 slices on an H200) each SM held ~9 warps of the 20 the kernel's
-// registers allow, and the projections streamed at 24-27% of DRAM bandwidth (Nsight Compute,
-// 2026-11-28); more slices add 4 bytes a slice per output to the reduce.
+// 64x64 tiles are as many as the SMs.
 static_assert(kBK == kSplitKStep, "K slices are cut at the tensor-core GEMM's k-tile");
 inline KSplit tc_split(int64_t T, int64_t N, int64_t K, int sms) {
   const int64_t tiles = ((N + kBN - 1) / kBN) * ((T + kBM - 1) / kBM);
-  return split_k(tiles, K, sms, sms, 4);
+  return split_k(tiles, K, sms, sms);
 }
 // Workspace floats job `j` needs at T tokens with `sms` SMs (0: not split), on the tensor-core or
 // the skinny GEMM.
