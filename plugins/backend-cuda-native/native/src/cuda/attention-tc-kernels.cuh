@@ -11,9 +11,8 @@
 //    head in group, as the SIMT kernel's tiles), 4 warps of 16 queries (the MMA's M side) over
 //    the item's keys [key_begin, key_end); K/V tiles of kTcKeys keys stream through shared memory
 //    raw (16-bit) in two cp.async stages, so the next tile's gather from the paged cache is in
-//    flight during this tile's arithmetic. A tile of at most 16 queries (a decode row has G)
-//    gives each warp 16 keys of every K/V tile instead, and the warps' softmax states are merged
-//    at the end;
+//    flight during this tile's arithmetic. A warp whose 16 queries are all past the tile's (a
+//    decode row has G queries) only helps load;
 //  - S = Q·Kᵀ: Q's A fragments by ldmatrix from shared memory, K's B fragments by ldmatrix
 //    (K rows are [key, d], the "col" operand as stored); the mask (causal or the row's tree) and
 //    the online softmax (running max and rescaled sum per query row, reduced over the 4 lanes that
@@ -87,15 +86,7 @@ __global__ void __launch_bounds__(4 * 32)
   const int g = blockIdx.y, G = s.num_heads / s.num_kv_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int q0 = item.tile * kTcQueries, nq = min(kTcQueries, row.n * G - q0);
-  // A tile of at most 16 queries (a decode row's G, or a prompt's last tile) fills one warp's MMA
-  // rows, so the four warps split each K/V tile's keys instead, 16 each, with softmax states of
-  // their own that are merged through shared memory at the end. Otherwise warps 1-3 only load
-  // while warp 0 runs every MMA of the tile: on an H200 (Nsight Compute, 2026-11-28) batch-1
-  // decode's attention took 19 µs a layer (72 blocks of one key tile each) and batch 64's 121 µs
-  // (25% of DRAM bandwidth).
-  const bool key_split = nq <= 16;                    // block-uniform
-  const bool computes = key_split || warp * 16 < nq;  // warp-uniform: this warp has work
-  const int qw = key_split ? 0 : warp;                // the warp's 16 query rows of the tile
+  const bool computes = warp * 16 < nq;  // warp-uniform: this warp has queries
   const int64_t E = int64_t(s.num_kv_heads) * D;
 
   // The query rows of the warps that compute, scaled and split into 16-bit halves; rows past the
@@ -130,7 +121,7 @@ __global__ void __launch_bounds__(4 * 32)
 
   // This lane's two query rows of the warp's 16 (the C layout: rows lane/4 and lane/4 + 8) and
   // the tokens they belong to, for the causal mask.
-  const int r0 = qw * 16 + (lane >> 2), r1 = r0 + 8;
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   const int tok0 = (q0 + r0) / G, tok1 = (q0 + r1) / G;
   // Whether key c is visible to token i (keys before key_end; the caller's tile mask).
   auto visible = [&](int c, int i) {
@@ -163,12 +154,11 @@ __global__ void __launch_bounds__(4 * 32)
 #pragma unroll
       for (int kk = 0; kk < kSteps; kk++) {
         uint32_t ah[4], al[4];
-        const int qrow = qw * 16 + (lane & 15), qcol = kk * 16 + (lane >> 4) * 8;
+        const int qrow = warp * 16 + (lane & 15), qcol = kk * 16 + (lane >> 4) * 8;
         ldmatrix_x4(ah, &q_hi[qrow * kStride + qcol]);
         ldmatrix_x4(al, &q_lo[qrow * kStride + qcol]);
 #pragma unroll
         for (int p = 0; p < kKeyFrags / 2; p++) {
-          if (key_split && p != warp) continue;  // another warp's 16 keys
           // Keys 16p .. 16p + 15: b[0], b[1] of n-fragment 2p, b[2], b[3] of 2p + 1.
           uint32_t b[4];
           const int key = 16 * p + (lane & 7) + (lane >> 4) * 8, col = kk * 16 + ((lane >> 3) & 1) * 8;
@@ -189,8 +179,7 @@ __global__ void __launch_bounds__(4 * 32)
         for (int i = 0; i < 4; i++) {
           const int c = item.key_begin + tile * kTcKeys + 8 * j + 2 * (lane & 3) + (i & 1);
           const int tok = i < 2 ? tok0 : tok1, qq = i < 2 ? r0 : r1;
-          const bool mine = !key_split || (j >> 1) == warp;
-          sc[j][i] = mine && c < item.key_end && qq < nq && visible(c, tok) ? sc[j][i] : -INFINITY;
+          sc[j][i] = c < item.key_end && qq < nq && visible(c, tok) ? sc[j][i] : -INFINITY;
           tmax[i >> 1] = fmaxf(tmax[i >> 1], sc[j][i]);
         }
       float corr[2];
@@ -223,7 +212,6 @@ __global__ void __launch_bounds__(4 * 32)
       // O += P·V: k-step kk covers keys 16kk .. 16kk + 15, whose P is S's n-fragments 2kk, 2kk + 1.
 #pragma unroll
       for (int kk = 0; kk < kTcKeys / 16; kk++) {
-        if (key_split && kk != warp) continue;  // another warp's keys: P is 0 here
         uint32_t ph[4], pl[4];
 #pragma unroll
         for (int f = 0; f < 2; f++)
@@ -257,48 +245,7 @@ __global__ void __launch_bounds__(4 * 32)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
-  if (key_split) {
-    // The four warps' states of rows 0-15, merged as merge_split_records merges blocks:
-    // M = max_w m_w, l = Σ_w e^{m_w - M} l_w, acc = Σ_w e^{m_w - M} o_w. The K/V stages are free
-    // after the loop's last barrier: [4 warps, 16 rows, D] outputs, then [4, 16] maxima and sums.
-    float* red_o = reinterpret_cast<float*>(k_s);
-    float* red_m = red_o + 4 * 16 * D;
-    float* red_l = red_m + 4 * 16;
-    static_assert((4 * 16 * D + 2 * 64) * 4 <= 4 * kTcKeys * kStride * 2, "the merge fits in the K/V stages");
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int rr = warp * 16 + (lane >> 2) + 8 * r;
-      if ((lane & 3) == 0) red_m[rr] = m[r], red_l[rr] = l[r];
-#pragma unroll
-      for (int j = 0; j < kDimFrags; j++) {
-        const int d = 8 * j + 2 * (lane & 3);
-        red_o[rr * D + d] = o[j][2 * r];
-        red_o[rr * D + d + 1] = o[j][2 * r + 1];
-      }
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nq * D; idx += blockDim.x) {
-      const int qq = idx / D, d = idx % D;
-      float M = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < 4; w++) M = fmaxf(M, red_m[w * 16 + qq]);
-      float L = 0.0f, acc = 0.0f;
-#pragma unroll
-      for (int w = 0; w < 4; w++) {
-        const float mw = red_m[w * 16 + qq], wt = mw == -INFINITY ? 0.0f : expf(mw - M);
-        L += wt * red_l[w * 16 + qq];
-        acc += wt * red_o[(w * 16 + qq) * D + d];
-      }
-      if (item.partial < 0) {
-        const int qi = q0 + qq, h = g * G + qi % G;
-        out[(int64_t(row.tok_start) + qi / G) * s.num_heads * D + int64_t(h) * D + d] = L > 0.0f ? acc / L : 0.0f;
-      } else {
-        float* rec = partials + (int64_t(item.partial + qq) * s.num_kv_heads + g) * (D + 2);
-        if (d == 0) rec[0] = M, rec[1] = L;
-        rec[2 + d] = acc;
-      }
-    }
-  } else if (computes) {  // warp-uniform
+  if (computes) {  // warp-uniform
 #pragma unroll
     for (int r = 0; r < 2; r++) {
       const int qq = r ? r1 : r0;
