@@ -42,6 +42,13 @@ inline void widen_raw8(const Raw8<DT>& r, float out[8]) {
 // Read-only activation loads (x of a matmul): the L1-cached path on a GPU.
 inline float4 ldg4(const float* p) { return {p[0], p[1], p[2], p[3]}; }
 inline float ldg1(const float* p) { return *p; }
+// 16-byte accesses of elementwise kernels (16-byte aligned; plain, not read-only: an output may
+// be an input too).
+inline float4 load4(const float* p) { return {p[0], p[1], p[2], p[3]}; }
+inline void store4(float* p, const float4& v) { p[0] = v.x, p[1] = v.y, p[2] = v.z, p[3] = v.w; }
+inline void store8(uint16_t* p, const uint16_t (&v)[8]) {
+  for (int i = 0; i < 8; i++) p[i] = v[i];
+}
 
 template <typename C>
 inline float widen(C v);
@@ -171,6 +178,14 @@ __device__ __forceinline__ void widen_raw8(const Raw8<DT>& r, float out[8]) {
 // Read-only activation loads (x of a matmul): through the L1 / texture path.
 __device__ __forceinline__ float4 ldg4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float ldg1(const float* p) { return __ldg(p); }
+// 16-byte accesses of elementwise kernels (16-byte aligned; plain, not read-only: an output may
+// be an input too).
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void store4(float* p, const float4& v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store8(uint16_t* p, const uint16_t (&v)[8]) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(v[0] | uint32_t(v[1]) << 16, v[2] | uint32_t(v[3]) << 16,
+                                            v[4] | uint32_t(v[5]) << 16, v[6] | uint32_t(v[7]) << 16);
+}
 
 // A KV cache element (f32, f16, bf16) widened to f32.
 template <typename C>

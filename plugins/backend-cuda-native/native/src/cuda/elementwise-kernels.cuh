@@ -82,13 +82,25 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const flo
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = xr[i] * r * w[i];
 }
 
-// Semantics: y[i] = gate[i] / (1 + exp(-gate[i])) * up[i]
+// SiLU(g) · u, as every path of silu_mul_kernel rounds it.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Semantics: y[i] = gate[i] / (1 + exp(-gate[i])) * up[i]. Any grid (grid-stride); 4 elements a
+// thread at a time, 16-byte accesses, when n % 4 == 0 and the arrays are 16-byte aligned: one at a
+// time, a 2048-token prefill's call streamed at ~49% of an H200's bandwidth (145 µs a layer;
+// Nsight Compute, 2026-11-28).
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* y) {
   wait_for_prior_kernels();
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    y[i] = g / (1.0f + expf(-g)) * up[i];
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  const auto bits = reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) | reinterpret_cast<uintptr_t>(y);
+  if (n % 4 == 0 && (bits & 15) == 0) {
+    for (int64_t i = first * 4; i < n; i += stride * 4) {
+      const float4 g = load4(gate + i), u = load4(up + i);
+      store4(y + i, float4{silu_times(g.x, u.x), silu_times(g.y, u.y), silu_times(g.z, u.z), silu_times(g.w, u.w)});
+    }
+    return;
   }
+  for (int64_t i = first; i < n; i += stride) y[i] = silu_times(gate[i], up[i]);
 }
 
 // Semantics: y[i] += t[i] / (1 + exp(-t[i]))

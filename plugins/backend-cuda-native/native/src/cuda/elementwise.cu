@@ -18,7 +18,9 @@ void CudaDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, cons
 
 void CudaDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {
   if (n <= 0) return;
-  launch("silu_mul launch", silu_mul_kernel, element_grid(n), kElementThreads, 0, gate, up, n, y);
+  // A quarter of the threads where the kernel takes 4 elements at a time; the grid-stride loop
+  // covers n either way.
+  launch("silu_mul launch", silu_mul_kernel, element_grid((n + 3) / 4), kElementThreads, 0, gate, up, n, y);
 }
 
 void CudaDevice::silu_residual(const float* t, int64_t n, float* y) {

@@ -265,17 +265,33 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(const float* x, i
 // ---------------------------------------------------------------- tensor-core GEMM (T >= 16)
 
 // Semantics: xs[t*ldxs + k] = hi, xs[T*ldxs + t*ldxs + k] = lo, x[t*ldx+k] = hi + lo as DT's
-// split_x rounds it (tensor-core.cuh), for t < T, k < K. grid (ceil(K/256) up to 64, min(T,
-// 65535)), block 256; rows beyond gridDim.y loop. The tensor-core GEMM's x, split once per call
-// instead of once per block and k-tile (Nsight Compute found that GEMM issue-bound, its warps
-// converting and storing x between barriers: docs/performance.md).
+// split_x rounds it (tensor-core.cuh), for t < T, k < K. grid (ceil(K / (256 kXCols)) up to 64,
+// min(T, 65535)), block 256; rows beyond gridDim.y loop; kXCols columns a thread at a time, as
+// round_x_bf16_kernel. The tensor-core GEMM's x, split once per call instead of once per block and
+// k-tile (Nsight Compute found that GEMM issue-bound, its warps converting and storing x between
+// barriers: docs/performance.md).
 template <DType DT>
 __global__ void __launch_bounds__(256) split_x_kernel(const float* x, int64_t T, int64_t ldx, int64_t K, uint16_t* xs,
                                                       int64_t ldxs) {
   wait_for_prior_kernels();
+  const bool vec = x_cols_vec(x, ldx, xs, ldxs, K);  // then lo (T·ldxs further) is aligned too
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y)
-    for (int64_t k = int64_t(blockIdx.x) * 256 + threadIdx.x; k < K; k += int64_t(gridDim.x) * 256)
-      split_x<DT>(x[t * ldx + k], &xs[t * ldxs + k], &xs[T * ldxs + t * ldxs + k]);
+    for (int64_t k = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kXCols; k < K;
+         k += int64_t(gridDim.x) * 256 * kXCols) {
+      const float* xr = x + t * ldx + k;
+      uint16_t *hi = xs + t * ldxs + k, *lo = hi + T * ldxs;
+      if (vec) {
+        const float4 a = load4(xr), b = load4(xr + 4);
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        uint16_t h[8], l[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) split_x<DT>(v[i], &h[i], &l[i]);
+        store8(hi, h);
+        store8(lo, l);
+      } else {
+        for (int i = 0; i < kXCols && k + i < K; i++) split_x<DT>(xr[i], &hi[i], &lo[i]);
+      }
+    }
 }
 
 // Semantics: for t < T, n < N in this block's 64x64 tile: y[t*ldy+n] = (acc ? y : 0) + bias[n]
@@ -598,7 +614,7 @@ struct MatmulScratch {
 template <typename Launch>
 void launch_split_x(const float* x, int64_t T, int64_t ldx, int64_t K, DType dt, uint16_t* xs, int64_t ldxs,
                     Launch&& launch) {
-  const int64_t gx = (K + 255) / 256;
+  const int64_t gx = (K + 256 * kXCols - 1) / (256 * kXCols);
   const unsigned grid_x = unsigned(gx < 64 ? gx : 64), grid_y = unsigned(T < 65535 ? T : 65535);
   if (dt == DType::BF16)
     launch(split_x_kernel<DType::BF16>, grid_x, grid_y, 1u, 256, size_t(0), x, T, ldx, K, xs, ldxs);

@@ -207,12 +207,13 @@ PlacedJobs place_jobs(Device* d, DType dt, int64_t K, const std::vector<std::vec
 }
 
 // One matmul case: njobs weights [N_j, K] stored in `dt` (bytes[j]; deq[j] their f32 values as
-// the reference reads them), x [T, ldx]. Bias and accumulate drawn at random. The bound adds,
+// the reference reads them), x [T, ldx = K + ldx_pad] (the default pad leaves rows unaligned; 0
+// takes the cuda kernels' 16-byte paths over x). Bias and accumulate drawn at random. The bound adds,
 // for random x, what a device that rounds the activations may lose (see the matmul_bf16_dot and
 // matmul_q8 files): bf16 2^-9·Σ|x_k·w_k|; Q8 Σ_b max|x_b|/254 · Σ_{k in b}|w_k|.
 void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* family, DType dt, int64_t T, int64_t K,
                  const std::vector<std::vector<uint8_t>>& bytes, const std::vector<std::vector<float>>& deq,
-                 const std::vector<int64_t>& Ns, XKind kind) {
+                 const std::vector<int64_t>& Ns, XKind kind, int64_t ldx_pad = 5) {
   const int njobs = int(Ns.size());
   const bool acc = rng.next() & 1;
   std::vector<std::vector<float>> bias, y0, out[2];
@@ -220,7 +221,7 @@ void matmul_case(Device* dev, Device* ref, Rng& rng, Checker& ck, const char* fa
     bias.push_back(rng.next() & 1 ? randn(rng, size_t(Ns[j])) : std::vector<float>());
     y0.push_back(randn(rng, size_t(T * (Ns[j] + 3))));
   }
-  const int64_t ldx = K + 5;
+  const int64_t ldx = K + ldx_pad;
   const auto x = matmul_x(rng, dt, T, ldx, K, kind);
   for (int side = 0; side < 2; side++) {
     Device* d = side ? ref : dev;
@@ -284,8 +285,8 @@ void test_matmul_prefill_gemm(Device* dev, Device* ref, Checker& ck) {
 // prompt-sized jobs are one tile: 2 x 2 tiles (T 200, N 300) with K of 3 k-tiles (fewer than the
 // stages) and of 9 (the stages' barrier phases wrap twice), each shape 8 times in a row so that
 // the emulated device's alternation of SM counts and kernel paths gives the TMA-fed, the
-// cp.async-fed and the mma.sync prefill GEMM their turns. Its own seed, as
-// test_matmul_prefill_gemm's.
+// cp.async-fed and the mma.sync prefill GEMM their turns; every other case has aligned rows of x
+// (round_x_bf16_kernel's 16-byte path). Its own seed, as test_matmul_prefill_gemm's.
 void test_matmul_wgmma_tiles(Device* dev, Device* ref, Checker& ck) {
   if (std::string(dev->name()) != "emulated-cuda") return;
   Rng rng{0x3a90a};
@@ -294,7 +295,8 @@ void test_matmul_wgmma_tiles(Device* dev, Device* ref, Checker& ck) {
       const TestWeight w = make_weight(rng, DType::BF16, 300, K);
       const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, DType::BF16)};
       const std::vector<std::vector<float>> deq{widen(bytes[0], DType::BF16)};
-      matmul_case(dev, ref, rng, ck, "matmul", DType::BF16, 200, K, bytes, deq, {300}, XKind::Random);
+      matmul_case(dev, ref, rng, ck, "matmul", DType::BF16, 200, K, bytes, deq, {300}, XKind::Random,
+                  rep % 2 ? 5 : 0);
     }
 }
 
@@ -302,8 +304,8 @@ void test_matmul_wgmma_tiles(Device* dev, Device* ref, Checker& ck) {
 // fragment count it is built for: T 5 and 12 (one and two fragments, one row tile per warp), 24
 // and 32 (two row tiles), in both 16-bit dtypes, with N past a block's rows (200) and K with a
 // 32-column tail (1000) or enough columns for several K slices on an H100 (2048). On the cuda
-// device and its emulator only: other devices have no such path. Its own seed, as
-// test_matmul_prefill_gemm's.
+// device and its emulator only: other devices have no such path. x's rows are aligned at K 2048
+// (split_x_kernel's 16-byte path), not at 1000. Its own seed, as test_matmul_prefill_gemm's.
 void test_matmul_skinny_gemm(Device* dev, Device* ref, Checker& ck) {
   const std::string name = dev->name();
   if (name != "cuda" && name != "emulated-cuda") return;
@@ -315,7 +317,7 @@ void test_matmul_skinny_gemm(Device* dev, Device* ref, Checker& ck) {
         const TestWeight w = make_weight(rng, dt, N, K);
         const std::vector<std::vector<uint8_t>> bytes{to_dtype(w.f32, dt)};
         const std::vector<std::vector<float>> deq{widen(bytes[0], dt)};
-        matmul_case(dev, ref, rng, ck, "matmul", dt, T, K, bytes, deq, {N}, XKind::Random);
+        matmul_case(dev, ref, rng, ck, "matmul", dt, T, K, bytes, deq, {N}, XKind::Random, K == 2048 ? 0 : 5);
       }
 }
 
