@@ -94,3 +94,25 @@ t.test('bench at the tiny shape on the cpu device prints every row', async (t) =
       )
     }
 })
+
+t.test('--bench-profile runs one step of each profiled row and prints no table', async (t) => {
+  const built = await buildTestProgram({ LOOM_CUDA: 'OFF' })
+  if ('error' in built) return t.fail(built.error)
+  const result = await run(built.program, ['--bench-profile', '--bench-shape', 'tiny', '--device', 'cpu'])
+  t.equal(result.status, 0, 'exits 0')
+  const steps = [...result.output.matchAll(/\] (.+): one step in the profiler's range$/gm)].map((m) => m[1])
+  t.same(
+    steps,
+    [
+      'prefill 1x64',
+      'decode B=1 base, greedy',
+      'decode B=1 base, sampled mix',
+      'decode B=4 base, greedy',
+      'decode B=4 base, sampled mix',
+      'decode B=4 distinct adapters, sampled mix',
+    ],
+    'the prefill, batch 1 and the largest batch, in order',
+  )
+  t.notMatch(result.output, /^\| figure /m, 'no table')
+  t.match(result.output, /^DONE in /m)
+})
