@@ -47,12 +47,12 @@ t.test('cuda kernels on the SIMT emulator match the reference', async (t) => {
     `and the skinny GEMM both with K split and whole (${skinny?.[0]})`,
   )
   const norm =
-    /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV \((\d+) writing the normed rows\), (\d+) as two ops/.exec(
+    /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV \((\d+) writing the normed rows\), (\d+) as two ops, (\d+) with the norm writing the prefill GEMM's bf16 x/.exec(
       result.output,
     )
   t.ok(
-    Number(norm?.[1]) > Number(norm?.[2]) && Number(norm?.[2]) > 0 && Number(norm?.[3]) > 0,
-    `rmsnorm_matmul folded into the GEMV with and without writing the normed rows, and as two ops (${norm?.[0]})`,
+    Number(norm?.[1]) > Number(norm?.[2]) && Number(norm?.[2]) > 0 && Number(norm?.[3]) > 0 && Number(norm?.[4]) > 0,
+    `rmsnorm_matmul folded into the GEMV with and without writing the normed rows, as two ops, and writing the prefill GEMM's x (${norm?.[0]})`,
   )
   const lora = /emulated lora: (\d+) launches with their items inline, (\d+) staged/.exec(result.output)
   t.ok(
@@ -93,8 +93,14 @@ t.test('LOOM_CUDA_DISABLE sends those calls to the fallback kernels, which still
     Number(prefill?.[1]) > 0 && Number(prefill?.[2]) === 0 && Number(prefill?.[3]) === 0,
     `no job took a wgmma GEMM (${prefill?.[0]})`,
   )
-  const norm = /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV .*, (\d+) as two ops/.exec(result.output)
-  t.ok(Number(norm?.[1]) === 0 && Number(norm?.[2]) > 0, `no norm was folded into the GEMV (${norm?.[0]})`)
+  const norm =
+    /emulated rmsnorm_matmul: (\d+) calls with the norm in the GEMV .*, (\d+) as two ops, (\d+) with the norm writing/.exec(
+      result.output,
+    )
+  t.ok(
+    Number(norm?.[1]) === 0 && Number(norm?.[2]) > 0 && Number(norm?.[3]) === 0,
+    `no norm was folded into the GEMV or wrote the prefill GEMM's x (${norm?.[0]})`,
+  )
 })
 
 t.test('LOOM_CUDA_DISABLE with an unknown path is refused, naming it and the known ones', async (t) => {

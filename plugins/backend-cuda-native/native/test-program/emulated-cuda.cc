@@ -113,7 +113,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
            " skinny jobs (" + std::to_string(skinny_split_jobs_) + " with split K)\n" +
            "emulated rmsnorm_matmul: " + std::to_string(fused_norm_calls_) + " calls with the norm in the GEMV (" +
            std::to_string(fused_norm_kept_) + " writing the normed rows), " +
-           std::to_string(unfused_norm_calls_) + " as two ops\n" +
+           std::to_string(unfused_norm_calls_) + " as two ops, " + std::to_string(norm_rounded_calls_) +
+           " with the norm writing the prefill GEMM's bf16 x\n" +
            "emulated lora: " + std::to_string(lora_lists_.inline_) + " launches with their items inline, " +
            std::to_string(lora_lists_.staged) + " staged\n" + "emulated row lists: sample " + sample_lists_.text() +
            ", kv_slots " + kv_slot_lists_.text() + ", tree_walk " + leaf_lists_.text() + "\n";
@@ -173,11 +174,12 @@ class EmulatedCudaDevice final : public ForwardingDevice {
                int64_t ldy) override {
     if (T > 0)
       simt::launch(simt::dim3(unsigned(T)), simt::dim3(rmsnorm_threads(H)), 0,
-                   [&] { rmsnorm_kernel(x, ldx, H, w, eps, y, ldy); });
+                   [&] { rmsnorm_kernel(x, ldx, H, w, eps, y, ldy, nullptr, 0); });
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* y) override {
     if (n > 0)
-      simt::launch(simt::dim3(element_grid(n)), simt::dim3(kElementThreads), 0, [&] { silu_mul_kernel(gate, up, n, y); });
+      simt::launch(simt::dim3(element_grid((n + 3) / 4)), simt::dim3(kElementThreads), 0,
+                   [&] { silu_mul_kernel(gate, up, n, y); });
   }
   void silu_residual(const float* t, int64_t n, float* y) override {
     if (n > 0)
@@ -254,7 +256,8 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       });
   }
 
-  // As the cuda device: the norm folded into the GEMV where it can be.
+  // As the cuda device: the norm folded into the GEMV where it can be, or writing the prefill
+  // GEMM's bf16 x.
   void rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn, bool keep_xn,
                       const MatmulJob* jobs, int njobs) override {
     if (T <= 0 || njobs <= 0) return;
@@ -263,23 +266,70 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       if (keep_xn) fused_norm_kept_++;
       return;
     }
+    // The next matmul call's GPU, taken only when this route is (else matmul takes it), so the
+    // route and the two ops each meet both kinds of call.
+    const CallConfig c = call_config(matmul_calls_);
+    if (norm_rounds_prefill_x(jobs, njobs, T, c.sms, c.paths)) {
+      matmul_calls_++;
+      const int64_t H = jobs[0].w.cols;
+      prefill_x_.resize(size_t(T * H));
+      simt::launch(simt::dim3(unsigned(T)), simt::dim3(rmsnorm_threads(H)), 0, [&] {
+        rmsnorm_kernel(x, ldx, H, norm_w, eps, keep_xn ? xn : nullptr, H, prefill_x_.data(), H);
+      });
+      const MatmulScratch scratch{nullptr, 0, prefill_x_.data(), H, nullptr, 0, DType::BF16};
+      for (int i = 0; i < njobs; i++)
+        count_job(launch_matmul_job(xn, T, H, jobs[i], false, c.sms, c.paths, scratch, launcher()), jobs[i], T, c, 0);
+      norm_rounded_calls_++;
+      return;
+    }
     unfused_norm_calls_++;
     Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  }
+
+  // A matmul call's GPU as the emulator plays it. Every other call as an H100 (132 SMs: the
+  // self-test's tensor-core shapes get split K), else as one SM (never split, and every bf16 job
+  // of 64 tokens or more takes the prefill GEMM), so every form of the GEMMs is checked; and every
+  // other pair of calls without the wgmma GEMM, and every other four of those without its TMA
+  // form, so the prefill jobs take all three kernels.
+  struct CallConfig {
+    int sms;
+    CudaKernelPaths paths;
+  };
+  CallConfig call_config(int64_t call) const {
+    CallConfig c{(call % 2) ? 132 : 1, paths_};
+    c.paths.wgmma = paths_.wgmma && (call / 2) % 2 == 0;
+    c.paths.tma = paths_.tma && (call / 4) % 2 == 0;
+    return c;
+  }
+  // Counts a launched job by the path it took (`need`: its split-K workspace, 0 when unsplit).
+  void count_job(MatmulPath path, const MatmulJob& j, int64_t T, const CallConfig& c, int64_t need) {
+    switch (path) {
+      case MatmulPath::kPrefill:
+        if (prefill_takes_wgmma(T, j.w.rows, c.sms, c.paths)) {
+          (c.paths.tma ? tma_jobs_ : wgmma_jobs_)++;  // the emulated tensor maps never fail
+        } else {
+          prefill_jobs_++;
+        }
+        break;
+      case MatmulPath::kTensorCore:
+        tensor_core_jobs_++;
+        if (need > 0) split_jobs_++;
+        break;
+      case MatmulPath::kSkinny:
+        skinny_jobs_++;
+        if (need > 0) skinny_split_jobs_++;
+        break;
+      case MatmulPath::kGemv: gemv_jobs_++; break;
+      case MatmulPath::kSimt: simt_jobs_++; break;
+    }
   }
 
   void matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob* jobs, int njobs, bool accumulate) override {
     if (T <= 0) return;
     auto launch = launcher();
-    // Every other call as an H100 (132 SMs: the self-test's tensor-core shapes get split K),
-    // else as one SM (never split, and every bf16 job of 64 tokens or more takes the prefill
-    // GEMM), so every form of the GEMMs is checked.
-    const int64_t call = matmul_calls_++;
-    const int sms = (call % 2) ? 132 : 1;
-    // And every other pair of calls without the wgmma GEMM, and every other four of those without
-    // its TMA form, so the prefill jobs take all three kernels.
-    CudaKernelPaths paths = paths_;
-    paths.wgmma = paths_.wgmma && (call / 2) % 2 == 0;
-    paths.tma = paths_.tma && (call / 4) % 2 == 0;
+    const CallConfig c = call_config(matmul_calls_++);
+    const int sms = c.sms;
+    const CudaKernelPaths& paths = c.paths;
     if (gemv_fusable(jobs, njobs, T, sms, paths)) {  // as the cuda device: one launch for the call
       launch_gemv(x, T, ldx, jobs, njobs, accumulate, no_gemv_norm(), launch);
       gemv_jobs_ += njobs, fused_gemv_calls_++;
@@ -302,25 +352,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
       const MatmulScratch scratch{split_partials_.data(), int64_t(split_partials_.size()),
                                   cols > 0 ? prefill_x_.data() : nullptr, cols,
                                   tcx.cols > 0 ? tc_x_.data() : nullptr, tcx.cols, tcx.dtype};
-      switch (launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths, scratch, launch)) {
-        case MatmulPath::kPrefill:
-          if (prefill_takes_wgmma(T, jobs[i].w.rows, sms, paths)) {
-            (paths.tma ? tma_jobs_ : wgmma_jobs_)++;  // the emulated tensor maps never fail
-          } else {
-            prefill_jobs_++;
-          }
-          break;
-        case MatmulPath::kTensorCore:
-          tensor_core_jobs_++;
-          if (need > 0) split_jobs_++;
-          break;
-        case MatmulPath::kSkinny:
-          skinny_jobs_++;
-          if (need > 0) skinny_split_jobs_++;
-          break;
-        case MatmulPath::kGemv: gemv_jobs_++; break;
-        case MatmulPath::kSimt: simt_jobs_++; break;
-      }
+      count_job(launch_matmul_job(x, T, ldx, jobs[i], accumulate, sms, paths, scratch, launch), jobs[i], T, c, need);
     }
   }
 
@@ -415,7 +447,7 @@ class EmulatedCudaDevice final : public ForwardingDevice {
   std::vector<int> arrivals_;  // attention's split arrival counts
   int64_t calls_ = 0, split_calls_ = 0, split_tiles_ = 0;
   ListCount lora_lists_, sample_lists_, kv_slot_lists_, leaf_lists_;
-  int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0;
+  int64_t fused_norm_calls_ = 0, fused_norm_kept_ = 0, unfused_norm_calls_ = 0, norm_rounded_calls_ = 0;
   int64_t gemv_jobs_ = 0, simt_jobs_ = 0, tensor_core_jobs_ = 0, split_jobs_ = 0, matmul_calls_ = 0, fused_gemv_calls_ = 0;
   int64_t skinny_jobs_ = 0, skinny_split_jobs_ = 0;
   int64_t prefill_jobs_ = 0, wgmma_jobs_ = 0, tma_jobs_ = 0;

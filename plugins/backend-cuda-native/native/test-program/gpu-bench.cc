@@ -850,6 +850,7 @@ void Bench::kernel_paths() {
       {"pdl", &CudaKernelPaths::pdl, 1, Adapters::kBase, false},
       {"pdl", &CudaKernelPaths::pdl, bmax, Adapters::kBase, false},
       {"fused-norm", &CudaKernelPaths::fused_norm, 1, Adapters::kBase, false},
+      {"fused-norm", &CudaKernelPaths::fused_norm, 0, Adapters::kBase, false},
       {"wgmma", &CudaKernelPaths::wgmma, 0, Adapters::kBase, false},
       {"tma", &CudaKernelPaths::tma, 0, Adapters::kBase, false},
   };

@@ -51,6 +51,10 @@ class CudaDevice final : public Device {
                       const MatmulJob* jobs, int njobs) override;
   void rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                int64_t ldy) override;
+  // rmsnorm's rows into y (null: none) and, rounded to bf16, into yb [T, ldyb] (null: none): the
+  // prefill GEMM's x straight from the norm (rmsnorm_matmul).
+  void rmsnorm_rows(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+                    int64_t ldy, uint16_t* yb, int64_t ldyb);
   void rope_tables(const int32_t* positions, int64_t T, const double* inv_freq, int64_t half, float* cos,
                    float* sin) override;
   void rope(float* x, int64_t T, int64_t ldx, int heads, int D, const float* cos, const float* sin) override;

@@ -14,6 +14,7 @@
 #include "cuda/grid-dependency.cuh"
 #include "cuda/param-list.cuh"
 #include "cuda/simt-compat.cuh"
+#include "cuda/tensor-core.cuh"
 #include "cuda/warp-reduce.cuh"
 #include "kernels/kernels.h"
 
@@ -56,11 +57,13 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, DType dt
     y[t * H + i] = load_w(table, dt, row + i);
 }
 
-// Semantics: r = 1/sqrt(Σ_i x[t,i]^2 / H + eps); y[t,i] = x[t,i] * r * w[i]. One block per row t:
-// each thread sums a strided share, warps reduce with shuffles, one warp combines the warps.
-// x [T, ldx], w [H], y [T, ldy]
+// Semantics: r = 1/sqrt(Σ_i x[t,i]^2 / H + eps); v = x[t,i] * r * w[i]; y[t,i] = v (y not null)
+// and yb[t,i] = bf16(v) rounded to nearest even (yb not null: the prefill GEMM's x, as
+// round_x_bf16_kernel would round y, without y's pass through memory). One block per row t: each
+// thread sums a strided share, warps reduce with shuffles, one warp combines the warps.
+// x [T, ldx], w [H], y [T, ldy] (may be x), yb [T, ldyb]
 __global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const float* w, float eps, float* y,
-                               int64_t ldy) {
+                               int64_t ldy, uint16_t* yb, int64_t ldyb) {
   wait_for_prior_kernels();
   LOOM_SHARED(float[32], partial);
   LOOM_SHARED(float, scale);
@@ -78,8 +81,13 @@ __global__ void rmsnorm_kernel(const float* x, int64_t ldx, int64_t H, const flo
   }
   __syncthreads();
   const float r = scale;
-  float* yr = y + int64_t(blockIdx.x) * ldy;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = xr[i] * r * w[i];
+  float* yr = y ? y + int64_t(blockIdx.x) * ldy : nullptr;
+  uint16_t* ybr = yb ? yb + int64_t(blockIdx.x) * ldyb : nullptr;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = xr[i] * r * w[i];
+    if (yr) yr[i] = v;
+    if (ybr) ybr[i] = round_bf16(v);
+  }
 }
 
 // SiLU(g) · u, as every path of silu_mul_kernel rounds it.

@@ -12,8 +12,13 @@ void CudaDevice::embedding(const int32_t* ids, int64_t T, const WeightView& tabl
 
 void CudaDevice::rmsnorm(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
                          int64_t ldy) {
+  rmsnorm_rows(x, T, ldx, H, w, eps, y, ldy, nullptr, 0);
+}
+
+void CudaDevice::rmsnorm_rows(const float* x, int64_t T, int64_t ldx, int64_t H, const float* w, float eps, float* y,
+                              int64_t ldy, uint16_t* yb, int64_t ldyb) {
   if (T <= 0) return;
-  launch("rmsnorm launch", rmsnorm_kernel, unsigned(T), rmsnorm_threads(H), 0, x, ldx, H, w, eps, y, ldy);
+  launch("rmsnorm launch", rmsnorm_kernel, unsigned(T), rmsnorm_threads(H), 0, x, ldx, H, w, eps, y, ldy, yb, ldyb);
 }
 
 void CudaDevice::silu_mul(const float* gate, const float* up, int64_t n, float* y) {

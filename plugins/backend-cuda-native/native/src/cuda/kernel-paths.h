@@ -27,7 +27,9 @@ struct CudaKernelPaths {
   // previous one has drained).
   bool pdl = true;
   // Device::rmsnorm_matmul's norm folded into the GEMV's read of x (matmul-kernels.cuh:
-  // GemvNorm) at 1-4 tokens; off: an rmsnorm launch, then the projection.
+  // GemvNorm) at 1-4 tokens, and for a prompt whose projections all take the prefill GEMM, the
+  // norm writing that GEMM's bf16 x (norm_rounds_prefill_x); off: an rmsnorm launch, then the
+  // projection (which rounds x itself).
   bool fused_norm = true;
   // gemm_wgmma_kernel for the prefill path's large jobs on sm_90a (wgmma-gemm-kernels.cuh); off:
   // the mma.sync prefill GEMM. A device whose binary has no sm_90a code never takes it.

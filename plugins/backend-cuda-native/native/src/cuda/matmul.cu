@@ -108,13 +108,27 @@ void CudaDevice::matmul(const float* x, int64_t T, int64_t ldx, const MatmulJob*
 }
 
 // Semantics: Device::rmsnorm_matmul. At 1-4 tokens on the GEMV, one launch that folds the norm
-// into its read of x (GemvNorm) and writes the normed rows only when they are kept; else the two ops.
+// into its read of x (GemvNorm) and writes the normed rows only when they are kept; for a prompt
+// whose jobs all take the prefill GEMM, the norm writes that GEMM's bf16 x (norm_rounds_prefill_x);
+// else the two ops.
 void CudaDevice::rmsnorm_matmul(const float* x, int64_t T, int64_t ldx, const float* norm_w, float eps, float* xn,
                                 bool keep_xn, const MatmulJob* jobs, int njobs) {
   if (T <= 0 || njobs <= 0) return;
-  if (!launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, sm_count_, matmul_paths(),
-                           matmul_launcher(this)))
-    Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
+  const CudaKernelPaths paths = matmul_paths();
+  auto launch = matmul_launcher(this);
+  if (launch_rmsnorm_gemv(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs, sm_count_, paths, launch)) return;
+  if (norm_rounds_prefill_x(jobs, njobs, T, sm_count_, paths)) {
+    const int64_t H = jobs[0].w.cols;
+    auto* xb = static_cast<uint16_t*>(grow(&prefill_x_, T * H * int64_t(sizeof(uint16_t))));
+    if (xb != nullptr) {  // else the two ops, which need no more than matmul's own buffers
+      rmsnorm_rows(x, T, ldx, H, norm_w, eps, keep_xn ? xn : nullptr, H, xb, H);
+      // Prefill jobs read only xb (and no split-K workspace or split x): x is not read.
+      const MatmulScratch scratch{nullptr, 0, xb, H, nullptr, 0, DType::BF16};
+      for (int i = 0; i < njobs; i++) launch_matmul_job(xn, T, H, jobs[i], false, sm_count_, paths, scratch, launch);
+      return;
+    }
+  }
+  Device::rmsnorm_matmul(x, T, ldx, norm_w, eps, xn, keep_xn, jobs, njobs);
 }
 
 }  // namespace loom

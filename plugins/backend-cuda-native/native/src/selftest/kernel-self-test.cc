@@ -403,6 +403,79 @@ void test_rmsnorm_matmul(Device* dev, Device* ref, Rng& rng, Checker& ck) {
       }
 }
 
+// rmsnorm_matmul on prompts whose jobs all take the prefill GEMM (bf16 weights): the cuda device's
+// norm then writes that GEMM's bf16 x itself (matmul-kernels.cuh: norm_rounds_prefill_x), and the
+// normed rows only when kept. 1-3 jobs over one K, xn kept or not, in its own buffer or in place,
+// each shape 6 times in a row so that the emulated device's alternating SMs and kernel paths give
+// this route and the two ops, and the wgmma, wgmma+TMA and mma.sync GEMMs, their turns; prompt
+// shapes whose tiles fill a real GPU on the cuda device. Bounds as matmul_case's for random x,
+// with the bf16 allowance over the normed rows. Its own seed, as test_matmul_prefill_gemm's.
+void test_rmsnorm_matmul_prefill(Device* dev, Device* ref, Checker& ck) {
+  const std::string name = dev->name();
+  if (name != "cuda" && name != "emulated-cuda") return;
+  Rng rng{0x7e5a1};
+  struct Shape {
+    int64_t T, N, H;
+  };
+  const std::vector<Shape> shapes =
+      name == "cuda" ? std::vector<Shape>{{300, 4096, 576}, {257, 8200, 520}} : std::vector<Shape>{{130, 300, 136}};
+  for (const Shape& s : shapes)
+    for (int rep = 0; rep < 6; rep++) {
+      const int64_t T = s.T, H = s.H;
+      const bool keep = rep % 3 != 2, in_place = rep % 3 == 1;
+      const int64_t ldx = in_place ? H : H + (rep % 2 ? 8 : 5);
+      const int njobs = 1 + rep % 3;
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<std::vector<float>> deq, bias, y0, out[2];
+      std::vector<int64_t> Ns;
+      for (int j = 0; j < njobs; j++) {
+        Ns.push_back(j == 0 ? s.N : s.N / 4);
+        bytes.push_back(to_dtype(make_weight(rng, DType::BF16, Ns.back(), H).f32, DType::BF16));
+        deq.push_back(widen(bytes.back(), DType::BF16));
+        bias.push_back(rng.next() & 1 ? randn(rng, size_t(Ns.back())) : std::vector<float>());
+        y0.push_back(randn(rng, size_t(T * (Ns.back() + 3))));
+      }
+      const auto x = randn(rng, size_t(T * ldx), 3.0f);
+      const std::vector<float> w = randn(rng, size_t(H));
+      std::vector<float> xn[2];
+      for (int side = 0; side < 2; side++) {
+        Device* d = side ? ref : dev;
+        auto xb = put(d, x), wb = put(d, w), xnb = put(d, std::vector<float>(size_t(T * H), 0.0f));
+        const PlacedJobs p = place_jobs(d, DType::BF16, H, bytes, bias, y0, Ns);
+        d->rmsnorm_matmul(xb.data(), T, ldx, wb.data(), 1e-5f, in_place ? xb.data() : xnb.data(), keep, p.jobs.data(),
+                          njobs);
+        for (size_t j = 0; j < size_t(njobs); j++) out[side].push_back(get(d, p.y[j], y0[j].size()));
+        xn[side] = in_place ? get(d, xb, size_t(T * H)) : get(d, xnb, size_t(T * H));
+      }
+      // The normed rows (as the reference norms them) for the bf16 allowance.
+      std::vector<double> normed(size_t(T * H));
+      for (int64_t t = 0; t < T; t++) {
+        double ss = 0;
+        for (int64_t k = 0; k < H; k++) ss += double(x[size_t(t * ldx + k)]) * x[size_t(t * ldx + k)];
+        const double r = 1.0 / std::sqrt(ss / double(H) + 1e-5);
+        for (int64_t k = 0; k < H; k++) normed[size_t(t * H + k)] = x[size_t(t * ldx + k)] * r * w[size_t(k)];
+      }
+      for (size_t j = 0; j < size_t(njobs); j++) {
+        const int64_t N = Ns[j];
+        std::vector<double> extra(out[0][j].size(), 0.0);
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t n = 0; n < N; n++) {
+            double xw = 0;
+            for (int64_t k = 0; k < H; k++) xw += std::fabs(normed[size_t(t * H + k)] * deq[j][size_t(n * H + k)]);
+            extra[size_t(t * (N + 3) + n)] = std::ldexp(xw, -9);
+          }
+        ck.compare("rmsnorm_matmul",
+                   dims("rmsnorm_matmul prompt bfloat16",
+                        {{"T", T}, {"N", N}, {"H", H}, {"jobs", njobs}, {"keep", keep}, {"in_place", in_place}}),
+                   out[0][j].data(), out[1][j].data(), out[0][j].size(), 1e-5 * std::sqrt(double(H)), 1e-4,
+                   extra.data());
+      }
+      if (keep)
+        ck.compare("rmsnorm_matmul", dims("rmsnorm_matmul prompt kept xn", {{"T", T}, {"H", H}, {"in_place", in_place}}),
+                   xn[0].data(), xn[1].data(), xn[0].size(), 1e-6, 1e-5);
+    }
+}
+
 // Q8 weights (quantised here as at load): the VNNI kernel (activations rounded to int8 blocks)
 // or the widening path, on odd shapes: K an odd number of 32-blocks (96, 864: a zmm pair half
 // empty), one block (32), real hidden sizes (576, 896, 1536, 2048); N not a multiple of the
@@ -1733,6 +1806,8 @@ const Family kFamilies[] = {
     {"tree_walk", test_tree_walk},
     {"kv_dtypes", test_kv_dtypes},
     {"sample", test_sample},
+    // Last: an entry's place seeds the entries after it (this one has its own seed).
+    {"matmul", [](Device* dev, Device* ref, Rng&, Checker& ck) { test_rmsnorm_matmul_prefill(dev, ref, ck); }},
 };
 
 }  // namespace
