@@ -10,8 +10,8 @@
 // The price is a rule every kernel of this folder keeps: it calls wait_for_prior_kernels()
 // before it reads anything an earlier op on the stream wrote, and before it writes anything an
 // earlier op reads (so, in practice, first). The only work allowed before it is reading memory
-// no kernel writes (a matmul's weights, which only uploads and copies fill, and those are stream
-// copies, not kernels). Every kernel must reach the call, even one with nothing to do: a grid
+// no kernel writes (a matmul's weights, an attention call's staged plan and the block tables it
+// points to: only uploads and copies fill them, and those are stream copies, not kernels). Every kernel must reach the call, even one with nothing to do: a grid
 // that completes without waiting could complete before its predecessor, and the kernel after it
 // would then wait for the wrong grid. test/grid-dependency.test.ts checks the rule's letter.
 #pragma once
