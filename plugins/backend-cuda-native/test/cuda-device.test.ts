@@ -13,6 +13,11 @@ import { startTestServer } from '../../../core/test/server/test-server.ts'
 import { NativeStepRunner, loadNative } from '../src/index.ts'
 import { buildTestProgram, run } from './test-program.ts'
 
+// The test program's build with nvcc (one arch): ~100 s alone on 2 cores, 235 s beside CI's other
+// test files, where tap's 300 s per file expired once while other builds shared the cores (CI of
+// 2026-11-28).
+t.setTimeout(600_000)
+
 /** The nvcc scripts/build.mjs would find (it also honours LOOM_CUDA=0). */
 function findNvcc(): string | undefined {
   if (process.env.LOOM_CUDA === '0') return undefined
