@@ -886,12 +886,8 @@ void Bench::kernel_paths() {
 #endif
 }
 
-// Where a step's time goes, by device op (op-timing-device.h), for batch-1 decode, the largest
-// batch with distinct adapters in the sampling mix, and the long prefill: totals per step over a
-// few steps after a warm-up one. First each op waited for alone; then each op timed in the running
-// step with no waits (an op's time runs to the next op's start, its launch gaps included): by
-// CUDA events in the stream on the cuda device, by the host's clock on the cpu device, whose ops
-// are done when their call returns. Lines for after the table.
+// BenchOptions::profile: each row's step once untimed (warm-up, outside the range), then once
+// between cudaProfilerStart and cudaProfilerStop; no table.
 int Bench::profile_steps() {
   const Status loaded = load_model();
   if (!loaded.ok()) {
@@ -933,6 +929,12 @@ int Bench::profile_steps() {
   return 0;
 }
 
+// Where a step's time goes, by device op (op-timing-device.h), for batch-1 decode, the largest
+// batch with distinct adapters in the sampling mix, and the long prefill: totals per step over a
+// few steps after a warm-up one. First each op waited for alone; then each op timed in the running
+// step with no waits (an op's time runs to the next op's start, its launch gaps included): by
+// CUDA events in the stream on the cuda device, by the host's clock on the cpu device, whose ops
+// are done when their call returns. Lines for after the table.
 void Bench::breakdown() {
   const double overhead = timed_.sync_overhead();
   breakdown_ = breakdown_table("each op waited for alone, so every call also holds one wait's round trip, " +

@@ -100,7 +100,8 @@ __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* y) {
   wait_for_prior_kernels();
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
-  const auto bits = reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) | reinterpret_cast<uintptr_t>(y);
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) |
+                         reinterpret_cast<uintptr_t>(y);
   if (n % 4 == 0 && (bits & 15) == 0) {
     for (int64_t i = first * 4; i < n; i += stride * 4) {
       const float4 g = load4(gate + i), u = load4(up + i);

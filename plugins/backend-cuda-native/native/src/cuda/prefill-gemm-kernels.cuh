@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(kPfThreads) gemm_prefill_kernel(const uint16_t
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tig = lane & 3;  // mma fragment coordinates
   const int wm = warp >> 2, wn = warp & 3;  // this warp's 64 tokens x 32 outputs of the tile
-  const int64_t m0 = int64_t(blockIdx.x) * kPfBM, n0 = int64_t(blockIdx.y) * kPfBN;  // token tiles fastest, as the wgmma GEMMs
+  // Token tiles along x, as the wgmma GEMMs (wgmma-gemm-kernels.cuh says why).
+  const int64_t m0 = int64_t(blockIdx.x) * kPfBM, n0 = int64_t(blockIdx.y) * kPfBN;
   const int nk = int((K + kPfBK - 1) / kPfBK);
 
   // One stage: x and W tiles of 128 rows x 4 chunks of 8 halves = 512 chunks each, 2 per thread.

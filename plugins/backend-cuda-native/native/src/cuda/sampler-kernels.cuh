@@ -401,6 +401,7 @@ __device__ int block_mass_prefix(const sampler::RowScratch& s, int n, double mas
     uint64_t run_mass = 0;
     for (int j0 = threadIdx.x; j0 < count; j0 += kBatch * kSampleThreads) {
       // kBatch survivors' position, then id and key, then mass: three loads deep, kBatch wide.
+      bool in[kBatch];
       int i[kBatch];
       int32_t id[kBatch];
       double key[kBatch];
@@ -408,18 +409,19 @@ __device__ int block_mass_prefix(const sampler::RowScratch& s, int n, double mas
 #pragma unroll
       for (int u = 0; u < kBatch; u++) {
         const int j = j0 + u * kSampleThreads;
-        i[u] = j < count ? (from ? from[j] : j) : 0;
+        in[u] = j < count;
+        i[u] = in[u] ? (from ? from[j] : j) : 0;
       }
 #pragma unroll
       for (int u = 0; u < kBatch; u++) {
-        id[u] = j0 + u * kSampleThreads < count ? s.ids[i[u]] : 0;
-        key[u] = j0 + u * kSampleThreads < count ? s.stage[i[u]] : 0.0;
+        id[u] = in[u] ? s.ids[i[u]] : 0;
+        key[u] = in[u] ? s.stage[i[u]] : 0.0;
       }
 #pragma unroll
-      for (int u = 0; u < kBatch; u++) mass_of[u] = j0 + u * kSampleThreads < count ? units(s.prob[id[u]]) : 0;
+      for (int u = 0; u < kBatch; u++) mass_of[u] = in[u] ? units(s.prob[id[u]]) : 0;
 #pragma unroll
       for (int u = 0; u < kBatch; u++) {
-        if (j0 + u * kSampleThreads >= count) break;
+        if (!in[u]) break;
         const int digit = composite_digit(key[u], id[u], d);
         if (digit != run_digit) {
           if (run_digit >= 0 && run_mass > 0) atomicAdd(&hist[run_digit], (unsigned long long)run_mass);
@@ -552,6 +554,13 @@ __device__ __forceinline__ uint64_t warp_inclusive_scan(uint64_t v) {
   return v;
 }
 
+// The masses of ids[i .. i + kBatch) below i1 (0 past it), their loads issued together.
+__device__ __forceinline__ void masses_ahead(const int32_t* ids, const double* prob, int i, int i1,
+                                             uint64_t (&m)[kBatch]) {
+#pragma unroll
+  for (int u = 0; u < kBatch; u++) m[u] = i + u < i1 ? units(prob[ids[i + u]]) : 0;
+}
+
 // TokenSampler.draw (n >= 1): the inverse CDF over ids[0, n) in mass units. Each thread sums a
 // contiguous segment, a block scan places the segments (integers: exact), and the thread whose
 // segment holds u · total walks it.
@@ -563,8 +572,7 @@ __device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uin
   uint64_t mine = 0;
   for (int i = i0; i < i1; i += kBatch) {
     uint64_t m[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; u++) m[u] = i + u < i1 ? units(prob[ids[i + u]]) : 0;
+    masses_ahead(ids, prob, i, i1, m);
 #pragma unroll
     for (int u = 0; u < kBatch; u++) mine += m[u];
   }
@@ -584,8 +592,7 @@ __device__ int32_t block_draw(const int32_t* ids, int n, const double* prob, uin
     bool found = false;
     for (int i = i0; i < i1 && !found; i += kBatch) {
       uint64_t m[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; u++) m[u] = i + u < i1 ? units(prob[ids[i + u]]) : 0;
+      masses_ahead(ids, prob, i, i1, m);
 #pragma unroll
       for (int u = 0; u < kBatch; u++) {
         if (found || i + u >= i1) break;

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(const uint16_
   LOOM_DYNAMIC_SHARED(uint8_t, smem_raw);
   uint8_t* smem = align_shared_1024(smem_raw);  // [kWgStages][x tile | W tile], swizzled (sw128_offset)
   const int tid = threadIdx.x, wg = tid >> 7;
-  const int64_t m0 = int64_t(blockIdx.x) * kWgBM, n0 = int64_t(blockIdx.y) * kWgBN;  // token tiles fastest (above)
+  const int64_t m0 = int64_t(blockIdx.x) * kWgBM, n0 = int64_t(blockIdx.y) * kWgBN;  // token tiles along x (above)
   const int nk = int((K + kWgBK - 1) / kWgBK);
 
   // `Rows` rows of a k-tile into `dst` (8 chunks of 8 halves a row, Rows / 32 chunks a thread):
